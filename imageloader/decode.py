@@ -1,0 +1,229 @@
+"""Stage 2, decode: compressed image bytes -> augmented uint8 pixels written into a batch slot.
+
+Runs in worker processes, so it imports neither torch nor the rest of the package unless a
+custom torchvision transform is given. The presets are gotorch's: train = RandomResizedCrop +
+horizontal flip, eval = resize the shorter side + center crop. Both are computed as ONE Pillow
+resize of a box of the source (no intermediate full-size image) and, for JPEG, Pillow's `draft`
+lets libjpeg decode at 1/2, 1/4 or 1/8 scale when the crop allows it (large photos only).
+
+Randomness comes from a per-sample seed assigned by the reader, so the pixels of a sample do not
+depend on which worker decodes it. Every failure is a `SampleError` with a reason.
+"""
+from __future__ import annotations
+
+import io
+import math
+import random
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from .errors import Limits, SampleError
+
+ALLOWED_FORMATS = ("JPEG", "PNG", "BMP", "GIF", "TIFF", "WEBP", "PPM")
+_EXIF_ORIENTATION = 0x0112
+_SIXTEEN_BIT = {"I;16", "I;16B", "I;16L", "I;16N", "I"}
+
+
+@dataclass(frozen=True)
+class Augment:
+    """The built-in presets. `size` is (height, width) of the output."""
+
+    size: tuple[int, int]
+    train: bool
+    scale: tuple[float, float] = (0.08, 1.0)        # RandomResizedCrop area range
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)     # RandomResizedCrop aspect range
+    flip: float = 0.5                               # horizontal flip probability (train)
+    crop_fraction: float = 0.875                    # eval: 224 of 256
+
+    @staticmethod
+    def make(size: int | tuple[int, int], train: bool, **kwargs) -> "Augment":
+        hw = (size, size) if isinstance(size, int) else tuple(size)
+        if len(hw) != 2 or min(hw) <= 0:
+            raise ValueError(f"size must be a positive int or (height, width), got {size!r}")
+        return Augment(hw, train, **kwargs)
+
+
+class Decoder:
+    """`decoder(data, out, seed)` fills `out` (H, W, C uint8) or raises SampleError.
+
+    `transform`, if given, replaces the preset geometry: it receives a uint8 CHW tensor of the
+    whole decoded image and must return a uint8 CHW tensor of the output size (torchvision v2).
+    """
+
+    def __init__(self, augment: Augment, *, mode: str = "RGB", limits: Limits = Limits(),
+                 formats: tuple[str, ...] = ALLOWED_FORMATS,
+                 transform: Callable | None = None):
+        if mode not in ("RGB", "L"):
+            raise ValueError(f"mode must be 'RGB' or 'L', got {mode!r}")
+        self.augment, self.mode, self.limits = augment, mode, limits
+        self.formats, self.transform = tuple(formats), transform
+
+    @property
+    def channels(self) -> int:
+        return 3 if self.mode == "RGB" else 1
+
+    @property
+    def out_shape(self) -> tuple[int, int, int]:
+        return (*self.augment.size, self.channels)
+
+    def __call__(self, data: bytes, out: np.ndarray, seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            if self.limits.max_pixels > (Image.MAX_IMAGE_PIXELS or math.inf):
+                with warnings.catch_warnings():
+                    # Pillow warns between 1x and 2x its bomb limit; our own limit is enforced.
+                    warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                    self._decode_into(data, out, rng)
+            else:
+                self._decode_into(data, out, rng)
+        except SampleError:
+            raise
+        except Image.DecompressionBombError as error:
+            raise SampleError("too_many_pixels", str(error)) from None
+        except Exception as error:  # Pillow raises many types on hostile input; all mean one image
+            reason = "truncated" if "truncated" in str(error) else "undecodable"
+            raise SampleError(reason, f"{type(error).__name__}: {error}") from None
+
+    def _decode_into(self, data: bytes, out: np.ndarray, rng: random.Random) -> None:
+        img = open_image(data, self.formats, self.limits)
+        if self.transform is not None:
+            self._apply_transform(load_converted(img, self.mode), out, rng)
+            return
+        orientation = _orientation(img)
+        display = img.size[::-1] if orientation in (5, 6, 7, 8) else img.size
+        box = self._crop_box(display, rng)
+        flip = self.augment.train and rng.random() < self.augment.flip
+        _draft_for(img, box, self.augment.size, self.mode)
+        img = load_converted(img, self.mode, orientation)
+        sx, sy = img.size[0] / display[0], img.size[1] / display[1]
+        box = (box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy)
+        h, w = self.augment.size
+        img = img.resize((w, h), Image.BILINEAR, box=box)
+        _write(out, img, flip)
+
+    def _crop_box(self, size: tuple[int, int], rng: random.Random):
+        if self.augment.train:
+            return random_resized_crop_box(size, self.augment.scale, self.augment.ratio, rng)
+        return center_crop_box(size, self.augment.size, self.augment.crop_fraction)
+
+    def _apply_transform(self, img: Image.Image, out: np.ndarray, rng: random.Random) -> None:
+        import torch  # only workers with a custom transform pay for importing torch
+
+        torch.manual_seed(rng.getrandbits(63))  # torchvision draws from torch's global RNG
+        chw = torch.from_numpy(np.array(img).reshape(img.size[1], img.size[0], -1)).permute(2, 0, 1)
+        result = self.transform(chw)
+        expected = (out.shape[2], out.shape[0], out.shape[1])
+        if not isinstance(result, torch.Tensor) or result.dtype != torch.uint8 \
+                or tuple(result.shape) != expected:
+            got = (getattr(result, "dtype", type(result).__name__), tuple(getattr(result, "shape", ())))
+            raise TypeError(f"transform must return a uint8 tensor of shape {expected}, got {got}")
+        out[...] = result.permute(1, 2, 0).numpy()
+
+
+def open_image(data: bytes, formats: tuple[str, ...], limits: Limits) -> Image.Image:
+    """Identify the image from its header only and enforce the pixel limit before decoding."""
+    if not data:
+        raise SampleError("empty", "zero bytes")
+    try:
+        img = Image.open(io.BytesIO(data), formats=formats)
+    except UnidentifiedImageError:
+        raise _unidentified(data, formats) from None
+    width, height = img.size
+    if width * height > limits.max_pixels:
+        raise SampleError("too_many_pixels",
+                          f"{width}x{height} exceeds the limit of {limits.max_pixels} pixels")
+    if width == 0 or height == 0:
+        raise SampleError("undecodable", f"image has size {width}x{height}")
+    return img
+
+
+def _unidentified(data: bytes, formats: tuple[str, ...]) -> SampleError:
+    # Only on failure: ask Pillow's other plugins whether this is an image we chose to refuse.
+    try:
+        with Image.open(io.BytesIO(data)) as other:
+            found = other.format
+    except Exception:
+        return SampleError("undecodable", "not an image Pillow can identify")
+    return SampleError("format_not_allowed", f"{found} is not one of {', '.join(formats)}")
+
+
+def load_converted(img: Image.Image, mode: str, orientation: int | None = None) -> Image.Image:
+    """Decode, apply EXIF orientation, and convert to `mode` with correct pixel values."""
+    if orientation is None:
+        orientation = _orientation(img)
+    img.load()
+    if orientation != 1:
+        img = ImageOps.exif_transpose(img)
+    if img.mode in _SIXTEEN_BIT:
+        # Pillow's convert clips 16-bit values at 255; scale them down instead.
+        wide = np.asarray(img, dtype=np.int64)
+        img = Image.fromarray((np.clip(wide, 0, 65535) >> 8).astype(np.uint8), "L")
+    elif img.mode == "P" and "transparency" in img.info:
+        img = img.convert("RGBA")  # the documented way; converting P+transparency to RGB warns
+    if img.mode != mode:
+        img = img.convert(mode)
+    return img
+
+
+def _orientation(img: Image.Image) -> int:
+    try:
+        return int(img.getexif().get(_EXIF_ORIENTATION, 1))
+    except Exception:  # malformed EXIF must not cost the image: treat it as upright
+        return 1
+
+
+def _draft_for(img: Image.Image, box, out_hw: tuple[int, int], mode: str) -> None:
+    if img.format != "JPEG" or img.mode not in ("RGB", "L", "YCbCr"):
+        return
+    box_w, box_h = box[2] - box[0], box[3] - box[1]
+    scale = max(out_hw[1] / box_w, out_hw[0] / box_h)
+    if scale >= 0.5:
+        return  # draft only reduces by 2, 4 or 8
+    w, h = img.size
+    img.draft(mode, (math.ceil(w * scale), math.ceil(h * scale)))
+
+
+def random_resized_crop_box(size: tuple[int, int], scale, ratio, rng: random.Random):
+    """torchvision's RandomResizedCrop.get_params, returning a (left, top, right, bottom) box."""
+    width, height = size
+    area = width * height
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target_area = area * rng.uniform(scale[0], scale[1])
+        aspect = math.exp(rng.uniform(*log_ratio))
+        w = int(round(math.sqrt(target_area * aspect)))
+        h = int(round(math.sqrt(target_area / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            top = rng.randint(0, height - h)
+            left = rng.randint(0, width - w)
+            return (left, top, left + w, top + h)
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        w, h = width, int(round(width / min(ratio)))
+    elif in_ratio > max(ratio):
+        w, h = int(round(height * max(ratio))), height
+    else:
+        w, h = width, height
+    top, left = (height - h) // 2, (width - w) // 2
+    return (left, top, left + w, top + h)
+
+
+def center_crop_box(size: tuple[int, int], out_hw: tuple[int, int], crop_fraction: float):
+    """Resize(shorter side = out / crop_fraction) + CenterCrop(out), as a box of the source."""
+    width, height = size
+    short_target = round(max(out_hw) / crop_fraction)
+    s = short_target / min(width, height)
+    crop_w, crop_h = out_hw[1] / s, out_hw[0] / s
+    left, top = (width - crop_w) / 2, (height - crop_h) / 2
+    return (left, top, left + crop_w, top + crop_h)
+
+
+def _write(out: np.ndarray, img: Image.Image, flip: bool) -> None:
+    pixels = np.asarray(img)
+    if pixels.ndim == 2:
+        pixels = pixels[:, :, None]
+    out[...] = pixels[:, ::-1] if flip else pixels

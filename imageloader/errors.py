@@ -1,0 +1,107 @@
+"""What can go wrong with input: error types, skip reasons and the limits that guard decoding.
+
+Two kinds of problem, two policies:
+- archive-level problems (not a tar, truncated, corrupt header, gzip CRC mismatch) are always
+  fatal and raise `ArchiveError`, naming the archive, the member and the byte offset;
+- image-level problems (undecodable, too many pixels, empty) raise `SampleError`; the loader
+  skips and counts them by reason unless `on_error="raise"`.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+
+class ArchiveError(RuntimeError):
+    """The archive itself is unreadable; reading cannot go on."""
+
+    def __init__(self, archive: str, problem: str, *, member: str | None = None,
+                 index: int | None = None, offset: int | None = None):
+        where = [f"archive {archive!r}"]
+        if index is not None:
+            where.append(f"member #{index}")
+        if member is not None:
+            where.append(f"{member!r}")
+        if offset is not None:
+            where.append(f"at byte offset {offset} of the tar stream")
+        super().__init__(f"{problem} ({', '.join(where)})")
+        self.archive, self.problem, self.member, self.index, self.offset = (
+            archive, problem, member, index, offset)
+
+    def __reduce__(self):  # keep keyword fields across process boundaries
+        return _rebuild_archive_error, (self.archive, self.problem, self.member, self.index,
+                                        self.offset)
+
+
+def _rebuild_archive_error(archive, problem, member, index, offset):
+    return ArchiveError(archive, problem, member=member, index=index, offset=offset)
+
+
+class SampleError(ValueError):
+    """One image cannot be used; `reason` is the key it is counted under when skipped."""
+
+    def __init__(self, reason: str, detail: str, *, archive: str | None = None,
+                 member: str | None = None):
+        self.reason, self.detail, self.archive, self.member = reason, detail, archive, member
+        where = f" ({archive!r}, member {member!r})" if member is not None else ""
+        super().__init__(f"{reason}: {detail}{where}")
+
+    def located(self, archive: str, member: str) -> "SampleError":
+        return SampleError(self.reason, self.detail, archive=archive, member=member)
+
+    def __reduce__(self):
+        return _rebuild_sample_error, (self.reason, self.detail, self.archive, self.member)
+
+
+def _rebuild_sample_error(reason, detail, archive, member):
+    return SampleError(reason, detail, archive=archive, member=member)
+
+
+class UnknownLabelError(KeyError):
+    """A member's class folder is not in the vocabulary (e.g. a val archive with an extra class)."""
+
+    def __init__(self, label: str, archive: str, member: str):
+        self.label, self.archive, self.member = label, archive, member
+        super().__init__(label)
+
+    def __str__(self) -> str:
+        return (f"class {self.label!r} of member {self.member!r} in archive {self.archive!r} "
+                f"is not in the label vocabulary; pass a vocabulary that contains it, or "
+                f"unknown_labels='skip' to count and skip such members")
+
+    def __reduce__(self):
+        return UnknownLabelError, (self.label, self.archive, self.member)
+
+
+# Members that are skipped without being decoded, by the reader (counted, never silent).
+READER_SKIPS = (
+    "directory", "link", "special", "macos_metadata", "not_image", "no_class_folder",
+    "bad_name", "duplicate", "too_large", "empty", "unknown_label",
+)
+# Images that were read but could not be decoded (counted under on_error="skip").
+DECODE_SKIPS = ("undecodable", "truncated", "format_not_allowed", "too_many_pixels")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Safety limits for untrusted archives. Defaults admit every real photo dataset we know."""
+
+    max_member_bytes: int = 64 << 20   # checked against the tar header before reading data
+    max_pixels: int = 64_000_000       # checked from the image header before decoding
+    max_path_length: int = 4096        # characters in a member name
+
+    def __post_init__(self):
+        for name in ("max_member_bytes", "max_pixels", "max_path_length"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"Limits.{name} must be positive, got {getattr(self, name)}")
+
+
+def check_policy(name: str, value: str) -> str:
+    if value not in ("skip", "raise"):
+        raise ValueError(f"{name} must be 'skip' or 'raise', got {value!r}")
+    return value
+
+
+def merge_counts(total: Counter, part: dict) -> Counter:
+    total.update({k: v for k, v in part.items() if v})
+    return total

@@ -1,0 +1,333 @@
+"""The public loader: read -> decode -> batch -> prefetch, assembled for one training loop.
+
+    loader = ImageLoader("data/train.tgz", batch_size=256, train=True, device="cuda")
+    for epoch in range(epochs):
+        for images, labels in loader:   # images normalized on `device`, labels int64
+            ...
+
+Iterating again starts the next epoch (shuffle reseeded with `seed + epoch`). With `workers=0`
+everything runs in the calling process; otherwise a reader process and `workers` decode
+processes fill shared, page-locked batch buffers (workers.py). Processes start on first
+iteration, live across epochs, and stop on `close()`, on leaving a `with` block, or at exit.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+import warnings
+import weakref
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+import torch
+
+from .batch import fill_batch
+from .decode import ALLOWED_FORMATS, Augment, Decoder
+from .errors import Limits, check_policy
+from .pool import BufferPool, HostBatch
+from .prefetch import Normalize, Prefetcher, release_batch, resolve_device
+from .read import Source, expand_sources, source_name
+from .vocab import Vocabulary, archive_classes, as_vocabulary
+from .workers import ReadPlan, WorkerPool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Options:
+    """Less common settings, grouped so that the loader's signature stays short."""
+
+    limits: Limits = Limits()
+    on_error: str = "skip"              # image-level problems: "skip" (counted) or "raise"
+    unknown_labels: str = "raise"       # class folder not in vocab: "raise" or "skip"
+    inflate: str = "auto"               # "auto" | "rapidgzip" | "isal" | "gzip"
+    inflate_threads: int | None = None  # rapidgzip threads (None: min(8, cores))
+    readers: int | None = None          # reader processes for a list of archives
+    timeout: float = 300.0              # seconds without any batch before erroring out
+    formats: tuple[str, ...] = ALLOWED_FORMATS
+    rank: int | None = None             # None: from torch.distributed if initialized
+    world_size: int | None = None
+
+
+@dataclass
+class LoaderStats:
+    """What the last (or current) epoch did. `skipped` maps reasons to member counts."""
+
+    epoch: int = -1
+    batches: int = 0
+    samples: int = 0
+    bytes: int = 0
+    skipped: Counter = field(default_factory=Counter)
+    wait_s: float = 0.0                 # host time spent inside next(loader)
+    seconds: float = 0.0
+    decode: str = "cpu"
+    inflate: str = ""
+    workers: int = 0
+
+    def as_dict(self) -> dict:
+        out = dict(self.__dict__)
+        out["skipped"] = dict(self.skipped)
+        return out
+
+
+def default_workers() -> int:
+    """All cores the process may use, minus one for the training loop itself."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
+class ImageLoader:
+    """Batches of (images, labels) from `.tgz`/`.tar` archives of `<class>/<image>` members.
+
+    Args:
+        source: a path, a glob, a file object, or a list of them.
+        batch_size: images per batch; the last partial batch is kept unless `drop_last`.
+        train: random-resized-crop + flip (True) or resize + center crop (False).
+        size: output size, int or (height, width).
+        device: where batches arrive; default CUDA if available, else CPU.
+        vocab: a Vocabulary, class list, {name: target} dict or file; default: scanned from
+            the archives (and cached in a sidecar beside each).
+        workers: decode processes; default all cores but one; 0 decodes in this process.
+        prefetch: batches copied ahead on a side CUDA stream; 0 = synchronous baseline.
+        seed: shuffle and augmentation seed; the order of epoch e uses `seed + e`.
+        shuffle_buffer: samples in the shuffle buffer (gotorch's bufSize); default 4096 when
+            training, 1 (archive order) otherwise.
+        mode: "RGB" or "L" (gotorch's colorSpace).
+        transform: optional torchvision (v2) transform taking and returning a uint8 CHW tensor;
+            replaces the crop/flip preset.
+        normalize: True (ImageNet mean/std, float32, channels_last), a `Normalize`, or False
+            for uint8 batches.
+        options: an `Options` with limits, error policies, inflater and distribution settings.
+    """
+
+    def __init__(self, source: Source | Iterable[Source], batch_size: int = 256, *,
+                 train: bool = True, size: int | tuple[int, int] = 224,
+                 device: str | torch.device | None = None, vocab=None,
+                 workers: int | None = None, prefetch: int = 2, seed: int = 0,
+                 shuffle_buffer: int | None = None, drop_last: bool = False,
+                 mode: str = "RGB", transform: Callable | None = None,
+                 normalize: bool | Normalize = True, options: Options | None = None):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.options = options = options or Options()
+        check_policy("on_error", options.on_error)
+        check_policy("unknown_labels", options.unknown_labels)
+        self.sources = tuple(expand_sources(source))
+        self.batch_size, self.train, self.seed, self.drop_last = batch_size, train, seed, drop_last
+        self.device = resolve_device(device)
+        self.workers = default_workers() if workers is None else int(workers)
+        self.shuffle_buffer = (4096 if train else 1) if shuffle_buffer is None else shuffle_buffer
+        self.vocab = as_vocabulary(vocab) or Vocabulary.from_archives(
+            self.sources, limits=options.limits, inflate=options.inflate)
+        self.decoder = Decoder(Augment.make(size, train), mode=mode, limits=options.limits,
+                               formats=options.formats, transform=transform)
+        self.normalize = Normalize() if normalize is True else (normalize or None)
+        self.rank, self.world_size = _distributed(options)
+        self.prefetcher = Prefetcher((), self.device, prefetch=prefetch,
+                                     item_transform=self._on_device)
+        self.stats = LoaderStats(decode="cpu", workers=self.workers)
+        self._next_epoch = 0
+        self._length: int | None = None
+        self._pool: BufferPool | None = None
+        self._workers: WorkerPool | None = None
+        self._finalizer = None
+
+    # ---- sizes -----------------------------------------------------------------------------
+
+    @property
+    def prefetch(self) -> int:
+        return self.prefetcher.prefetch
+
+    def images_per_epoch(self) -> int:
+        """Images this rank will see per epoch before decode failures (from the scan)."""
+        total = 0
+        for src in self.sources:
+            if hasattr(src, "read"):
+                raise TypeError("the length of a stream is unknown until it has been read")
+            counts = archive_classes(os.fspath(src), limits=self.options.limits,
+                                     inflate=self.options.inflate)
+            total += sum(n for label, n in counts.items()
+                         if label in self.vocab or self.options.unknown_labels == "raise")
+        share, extra = divmod(total, self.world_size)
+        return share + (1 if self.rank < extra else 0)
+
+    def __len__(self) -> int:
+        if self._length is None:
+            n = self.images_per_epoch()
+            self._length = n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        return self._length
+
+    # ---- epochs ----------------------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration epoch `epoch` (as DistributedSampler.set_epoch)."""
+        self._next_epoch = int(epoch)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        epoch = self._next_epoch
+        self._next_epoch += 1
+        return self._iterate(epoch)
+
+    def _iterate(self, epoch: int):
+        self._ensure_started()
+        self.stats = LoaderStats(epoch=epoch, decode="cpu", workers=self.workers,
+                                 inflate=_inflater_name(self.sources, self.options))
+        started = time.perf_counter()
+        produced = self._produce(epoch)
+        batches = self.prefetcher.run(
+            ((buf.views(), release_batch(self._pool, buf)) for buf in produced))
+        try:
+            while True:
+                t0 = time.perf_counter()
+                item = next(batches, None)
+                self.stats.wait_s += time.perf_counter() - t0
+                if item is None:
+                    break
+                self.stats.batches += 1
+                self.stats.samples += len(item[1])
+                yield item
+        finally:
+            batches.close()
+            produced.close()
+            self.stats.seconds = time.perf_counter() - started
+            self._collect_epoch_stats()
+
+    def _produce(self, epoch: int) -> Iterator[HostBatch]:
+        """Filled host buffers in order, from worker processes or from this process."""
+        order = self._archive_order(epoch)
+        source = self._workers.batches(epoch, order) if self._workers is not None \
+            else self._produce_here(epoch, order)
+        try:
+            for buf in source:
+                if buf.count < self.batch_size and self.drop_last:
+                    self._pool.release(buf)
+                    continue
+                yield buf
+        finally:
+            source.close()
+
+    def _produce_here(self, epoch: int, order: tuple[int, ...]) -> Iterator[HostBatch]:
+        skipped = self.stats.skipped
+        read_stats: dict = {}
+        tasks = self._plan().tasks(epoch, order, skipped, read_stats)
+        try:
+            while True:
+                buf = self._pool.lease()
+                images, labels = buf.images.numpy(), buf.labels.numpy()
+                buf.count = fill_batch(tasks, images, labels, self.decoder,
+                                       on_error=self.options.on_error, skipped=skipped)
+                self.stats.bytes = read_stats.get("bytes", 0)
+                if buf.count == 0:
+                    self._pool.release(buf)
+                    return
+                yield buf
+                if buf.count < self.batch_size:
+                    return
+        finally:
+            tasks.close()
+
+    def _archive_order(self, epoch: int) -> tuple[int, ...]:
+        order = list(range(len(self.sources)))
+        if self.shuffle_buffer > 1 and len(order) > 1:
+            random.Random(self.seed + epoch).shuffle(order)  # shard order changes every epoch
+        return tuple(order)
+
+    def _on_device(self, item):
+        images, labels = item
+        if self.normalize is not None:
+            images = self.normalize(images)
+        elif images.device.type == "cpu":
+            images = images.clone()  # the host buffer is reused: hand out our own copy
+        if labels.device.type == "cpu":
+            labels = labels.clone()
+        return images, labels
+
+    # ---- processes and memory -------------------------------------------------------------
+
+    def _plan(self) -> ReadPlan:
+        o = self.options
+        return ReadPlan(self.sources, dict(self.vocab.index), self.batch_size,
+                        self.shuffle_buffer, self.seed, o.limits, o.unknown_labels, o.inflate,
+                        o.inflate_threads, self.rank, self.world_size)
+
+    def _ensure_started(self) -> None:
+        if self._pool is not None:
+            return
+        pin = self.device if self.device.type == "cuda" else None
+        slots = self.prefetch + 2 + self.workers
+        self._pool = BufferPool(slots, self.batch_size, self.decoder.out_shape, pin_device=pin,
+                                shared=self.workers > 0)
+        if self.workers > 0:
+            streams = any(hasattr(s, "read") for s in self.sources)
+            readers = self.options.readers or min(len(self.sources), max(1, self.workers // 4))
+            self._workers = WorkerPool(self._plan(), self.decoder, self._pool,
+                                       workers=self.workers, readers=readers,
+                                       on_error=self.options.on_error,
+                                       timeout=self.options.timeout, stream_sources=streams)
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._pool,
+                                           self.prefetcher)
+
+    def _collect_epoch_stats(self) -> None:
+        if self._workers is not None:
+            skipped, nbytes = self._workers.epoch_stats
+            self.stats.skipped.update(skipped)
+            self.stats.bytes = nbytes or self.stats.bytes
+        if self.stats.skipped:
+            warnings.warn(f"epoch {self.stats.epoch}: skipped "
+                          f"{sum(self.stats.skipped.values())} members of "
+                          f"{', '.join(source_name(s) for s in self.sources[:3])}"
+                          f"{'...' if len(self.sources) > 3 else ''}: "
+                          f"{dict(sorted(self.stats.skipped.items()))}", stacklevel=3)
+
+    def close(self) -> None:
+        """Stop worker processes and free shared and page-locked memory."""
+        if self._finalizer is not None:
+            self._finalizer()
+        self._pool, self._workers = None, None
+
+    def __enter__(self) -> "ImageLoader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"ImageLoader({len(self.sources)} archive(s), batch_size={self.batch_size}, "
+                f"train={self.train}, device={self.device}, workers={self.workers}, "
+                f"prefetch={self.prefetch}, {self.vocab!r})")
+
+
+def _shutdown(workers: WorkerPool | None, pool: BufferPool | None, prefetcher) -> None:
+    if workers is not None:
+        workers.close()
+    if pool is not None:
+        pool.close()
+    prefetcher.close()
+
+
+def _distributed(options: Options) -> tuple[int, int]:
+    rank, world = options.rank, options.world_size
+    if rank is None or world is None:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            rank = dist.get_rank() if rank is None else rank
+            world = dist.get_world_size() if world is None else world
+    rank, world = rank or 0, world or 1
+    if not 0 <= rank < world:
+        raise ValueError(f"rank {rank} is outside world_size {world}")
+    return rank, world
+
+
+def _inflater_name(sources, options: Options) -> str:
+    from .read import choose_inflater
+    paths = [s for s in sources if not hasattr(s, "read")]
+    try:
+        return choose_inflater(options.inflate, seekable_path=bool(paths))
+    except (ImportError, ValueError):
+        return options.inflate

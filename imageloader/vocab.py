@@ -1,0 +1,159 @@
+"""Label vocabulary: sorted class names mapped to 0..K-1, cached in a sidecar beside each archive.
+
+Sorting makes the mapping independent of archive order, so a train and a val archive agree.
+Building it takes one streaming pass over member headers (no decoding, no extraction); the result
+is written to `<archive>.classes.json` when the folder is writable and reused while the archive's
+size and modification time are unchanged. The sidecar also stores images per class, which gives
+the loader its length without another pass.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterable, Mapping
+
+from .errors import Limits
+from .read import Source, expand_sources, iter_members, source_name
+
+log = logging.getLogger(__name__)
+SIDECAR_SUFFIX = ".classes.json"
+_FORMAT = "imageloader.classes/1"
+
+
+class Vocabulary:
+    """Class names <-> integer targets. `Vocabulary(["dog", "cat"])[ "cat"] == 0`."""
+
+    def __init__(self, classes: Iterable[str], counts: Mapping[str, int] | None = None):
+        self.classes: tuple[str, ...] = tuple(sorted(set(classes)))
+        if not self.classes:
+            raise ValueError("a vocabulary needs at least one class")
+        self.index: dict[str, int] = {name: i for i, name in enumerate(self.classes)}
+        self.counts: dict[str, int] = dict(counts or {})
+
+    def __len__(self) -> int:
+        return len(self.classes)
+
+    def __getitem__(self, name: str) -> int:
+        return self.index[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.index
+
+    def __iter__(self):
+        return iter(self.classes)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Vocabulary) and self.classes == other.classes
+
+    def __repr__(self) -> str:
+        shown = ", ".join(self.classes[:5]) + (", ..." if len(self) > 5 else "")
+        return f"Vocabulary({len(self)} classes: {shown})"
+
+    @property
+    def images(self) -> int | None:
+        """Images counted when the vocabulary was scanned, or None if unknown."""
+        return sum(self.counts.values()) if self.counts else None
+
+    def save(self, path: str | os.PathLike) -> None:
+        _write_json(path, {"format": _FORMAT, "classes": {c: self.counts.get(c, 0)
+                                                          for c in self.classes}})
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Vocabulary":
+        """Read a sidecar/saved JSON file, or a text file with one class name per line."""
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        if text.lstrip().startswith("{"):
+            classes = json.loads(text)["classes"]
+            return cls(classes, classes if isinstance(classes, dict) else None)
+        return cls(line.strip() for line in text.splitlines() if line.strip())
+
+    @classmethod
+    def from_archives(cls, source: Source | Iterable[Source], *, limits: Limits = Limits(),
+                      inflate: str = "auto", write_sidecar: bool = True) -> "Vocabulary":
+        """Scan archives (or reuse their sidecars) and return the union of their classes."""
+        sources = expand_sources(source)
+        streams = [s for s in sources if hasattr(s, "read")]
+        if streams:
+            raise ValueError(f"cannot scan {source_name(streams[0])} for its classes without "
+                             f"consuming it; pass vocab= explicitly for streams")
+        with ThreadPoolExecutor(max_workers=min(4, len(sources))) as pool:
+            per_archive = list(pool.map(
+                lambda path: archive_classes(path, limits=limits, inflate=inflate,
+                                             write_sidecar=write_sidecar), sources))
+        counts: Counter = Counter()
+        for found in per_archive:
+            counts.update(found)
+        if not counts:
+            raise ValueError(f"no images found in {', '.join(map(str, sources))}")
+        return cls(counts.keys(), counts)
+
+
+def as_vocabulary(vocab) -> Vocabulary | None:
+    """Accept a Vocabulary, a list of class names, a {name: target} dict, or a file path."""
+    if vocab is None or isinstance(vocab, Vocabulary):
+        return vocab
+    if isinstance(vocab, (str, os.PathLike)):
+        return Vocabulary.load(vocab)
+    if isinstance(vocab, Mapping):
+        expected = sorted(vocab, key=vocab.__getitem__)
+        made = Vocabulary(vocab)
+        if list(made.classes) != expected or sorted(vocab.values()) != list(range(len(vocab))):
+            raise ValueError("a vocab dict must map the sorted class names to 0..K-1")
+        return made
+    return Vocabulary(vocab)
+
+
+def sidecar_path(archive: str) -> str:
+    return archive + SIDECAR_SUFFIX
+
+
+def archive_classes(path: str, *, limits: Limits = Limits(), inflate: str = "auto",
+                    write_sidecar: bool = True) -> dict[str, int]:
+    """Images per class folder in one archive, from its sidecar if it is still fresh."""
+    stamp = _stamp(path)
+    cached = _read_sidecar(sidecar_path(path), stamp)
+    if cached is not None:
+        return cached
+    skipped: Counter = Counter()
+    counts = Counter(m.label for m in iter_members(path, skipped=skipped, limits=limits,
+                                                   read_data=False, inflate=inflate))
+    if write_sidecar:
+        _try_write_sidecar(path, stamp, counts, skipped)
+    return dict(counts)
+
+
+def _stamp(path: str) -> dict:
+    st = os.stat(path)
+    return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _read_sidecar(path: str, stamp: dict) -> dict[str, int] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if data.get("format") != _FORMAT or data.get("archive") != stamp:
+        return None  # stale: the archive changed since the scan
+    return {str(k): int(v) for k, v in data["classes"].items()}
+
+
+def _try_write_sidecar(path: str, stamp: dict, counts: Counter, skipped: Counter) -> None:
+    payload = {"format": _FORMAT, "archive": stamp, "classes": dict(sorted(counts.items())),
+               "skipped": dict(sorted(skipped.items()))}
+    try:
+        _write_json(sidecar_path(path), payload)
+    except OSError as error:  # a read-only dataset folder is normal; we just rescan next time
+        log.info("could not write the class sidecar beside %s: %s", path, error)
+
+
+def _write_json(path, payload) -> None:
+    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(payload, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    os.replace(tmp, path)  # atomic: concurrent ranks never read half a file

@@ -1,0 +1,661 @@
+"""Parallel read and decode: a reader process streams the archive, worker processes decode.
+
+    reader process                       decode workers (W)                  training process
+    inflate (rapidgzip) + walk tar  -->  fill batch k in shared memory  -->  batch k ready
+    shuffle, seed, deal batch groups     buffer given by the parent          (slot, count)
+
+Why this shape (see FACTS.md): PIL decode is ~2 ms of CPU per image and threads plateau at the
+GIL, so decode needs processes; pickling decoded pixels back was the wall of simpler designs, so
+workers write pixels straight into shared-memory batch buffers that CUDA page-locked once; and the
+training process must stay out of per-image work, so the tar walk runs in its own process.
+
+Determinism: the reader deals the shuffled stream in groups of `batch_size`, group g to worker
+g % W, so batch k is exactly samples [kB, (k+1)B) of the epoch, as with workers=0. A sample that
+fails to decode is replaced by the next sample of the SAME worker's stream, so only that worker's
+later batches shift, deterministically. Each worker's last batch may be short; the parent merges
+the short ones at the end of the epoch.
+
+Every message carries a generation number. Starting a new epoch (or abandoning one with `break`)
+bumps it; old messages are recognized and dropped, and their buffers go back to the pool.
+
+This module imports neither torch nor PIL at the top: child processes start in a fraction of a
+second because they import only numpy, Pillow and the read/decode/batch stages.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing as mp
+import os
+import pickle
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+import types
+from collections import Counter
+from dataclasses import dataclass, field
+from multiprocessing import shared_memory
+from typing import Any, Iterator
+
+import numpy as np
+
+from .batch import Task, fill_batch, schedule, take_share
+from .errors import ArchiveError, Limits
+from .read import iter_members, iter_samples
+
+log = logging.getLogger(__name__)
+CHUNK = 32                 # tasks per message: amortizes pickling and queue overhead
+_POLL = 0.2                # seconds between liveness checks while waiting
+_MEMBER_FIELD = 512        # bytes of shared memory where a worker notes its current member
+
+
+class WorkerError(RuntimeError):
+    """A reader or decode process failed; the message carries its traceback."""
+
+
+# ============================================================================================
+# What the reader needs to produce one epoch (picklable, no torch)
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    archives: tuple             # paths, or file objects (then read in a thread, not a process)
+    vocab_index: dict
+    batch_size: int
+    shuffle_buffer: int
+    seed: int
+    limits: Limits = Limits()
+    unknown_labels: str = "raise"
+    inflate: str = "auto"
+    inflate_threads: int | None = None
+    rank: int = 0
+    world_size: int = 1
+
+    def tasks(self, epoch: int, order: tuple[int, ...], skipped: Counter,
+              stats: dict, stream: int = 0) -> Iterator[Task]:
+        """read -> label -> (rank share) -> shuffle + augmentation seeds: one epoch's tasks.
+
+        `order` lists indices into `archives` (the epoch's shard order for this reader).
+        """
+        members = _chain_members([self.archives[i] for i in order], skipped, stats, self)
+        samples = iter_samples(members, _Vocab(self.vocab_index), skipped=skipped,
+                               unknown_labels=self.unknown_labels)
+        if self.world_size > 1:
+            samples = take_share(samples, self.rank, self.world_size)
+        return schedule(samples, seed=self.seed, epoch=epoch,
+                        shuffle_buffer=self.shuffle_buffer, stream=stream)
+
+
+class _Vocab:
+    def __init__(self, index: dict):
+        self.index = index
+
+
+def _chain_members(archives, skipped, stats, plan: ReadPlan):
+    for archive in archives:
+        rewind(archive)
+        for member in iter_members(archive, skipped=skipped, limits=plan.limits,
+                                   inflate=plan.inflate, threads=plan.inflate_threads):
+            stats["bytes"] = stats.get("bytes", 0) + len(member.data)
+            yield member
+
+
+def rewind(source) -> None:
+    """Streams are read again from where they started; a non-seekable one only once."""
+    if not hasattr(source, "read"):
+        return
+    start = getattr(source, "_imageloader_start", None)
+    if start is None:
+        start = source.tell() if source.seekable() else -1
+        try:
+            source._imageloader_start = start
+        except AttributeError:
+            pass
+        return
+    if start < 0:
+        raise ValueError(f"{getattr(source, 'name', 'the stream')} is not seekable: it can be "
+                         f"read for one epoch only; pass a path to read it again")
+    source.seek(start)
+
+
+# ============================================================================================
+# Child side
+
+
+@dataclass
+class _Channels:
+    """Everything shared between the parent and its children."""
+
+    tasks: list           # per worker: reader -> worker, chunks of tasks
+    orders: list          # per worker: parent -> worker, (gen, k, slot) fill orders
+    results: Any          # children -> parent
+    control: list        # per reader: parent -> reader, epochs to read
+    generation: Any       # shared int: the epoch currently wanted
+    members: list         # per worker: bytes naming the member being decoded
+
+
+def _ignore_interrupts() -> None:
+    # Ctrl-C goes to the whole process group; only the training process should react, and it
+    # shuts us down in order. A child dying of SIGINT mid-write would look like a crash.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _parent_alive(parent_pid: int) -> bool:
+    return os.getppid() == parent_pid
+
+
+def reader_main(reader_id: int, plan: ReadPlan, channels: _Channels, worker_ids: list[int],
+                parent_pid: int, in_thread: bool = False) -> None:
+    """Read epochs on request and deal batch-size groups of tasks to this reader's workers."""
+    if not in_thread:
+        _ignore_interrupts()
+    control = channels.control[reader_id]
+    while True:
+        try:
+            message = control.get(timeout=1.0)
+        except queue.Empty:
+            if not in_thread and not _parent_alive(parent_pid):
+                return
+            continue
+        if message is None:
+            return
+        gen, epoch, order = message
+        try:
+            _read_epoch(reader_id, plan, channels, worker_ids, gen, epoch, order)
+        except BaseException as error:  # reported to the parent, which raises it in the loop
+            _report_error(channels.results, gen, f"reader {reader_id}", error)
+
+
+def _read_epoch(reader_id, plan, channels, worker_ids, gen, epoch, order) -> None:
+    skipped: Counter = Counter()
+    stats: dict = {}
+    chunks: dict[int, list] = {w: [] for w in worker_ids}
+    n_workers = len(worker_ids)
+    current = channels.generation
+    for position, task in enumerate(plan.tasks(epoch, order, skipped, stats, reader_id)):
+        worker = worker_ids[(position // plan.batch_size) % n_workers]
+        chunk = chunks[worker]
+        chunk.append(task)
+        if len(chunk) == CHUNK or (position + 1) % plan.batch_size == 0:
+            if not _put(channels.tasks[worker], (gen, chunk), current, gen):
+                return  # the epoch was abandoned
+            chunks[worker] = []
+    for worker in worker_ids:
+        if chunks[worker]:
+            _put(channels.tasks[worker], (gen, chunks[worker]), current, gen)
+        _put(channels.tasks[worker], (gen, None), current, gen)  # end of this stream
+    channels.results.put(("read", gen, reader_id, dict(skipped), stats.get("bytes", 0)))
+
+
+def _put(q, item, current, gen) -> bool:
+    """Put with back-pressure, giving up if the parent moved on to another generation."""
+    while True:
+        if current.value != gen:
+            return False
+        try:
+            q.put(item, timeout=0.5)
+            return True
+        except queue.Full:
+            continue
+
+
+def worker_main(worker_id: int, decoder, on_error: str, layout, shm_names: list[str],
+                channels: _Channels, parent_pid: int) -> None:
+    """Fill batch buffers on order, from this worker's stream of tasks."""
+    _ignore_interrupts()
+    buffers = _attach(shm_names, layout)
+    stream = _TaskStream(worker_id, channels)
+    note = channels.members[worker_id]
+    try:
+        while True:
+            try:
+                order = channels.orders[worker_id].get(timeout=1.0)
+            except queue.Empty:
+                if not _parent_alive(parent_pid):
+                    return
+                continue
+            if order is None:
+                return
+            gen, k, slot = order
+            try:
+                _fill_order(worker_id, decoder, on_error, buffers[slot], stream, channels, note,
+                            gen, k, slot)
+            except BaseException as error:
+                _report_error(channels.results, gen, f"worker {worker_id}", error,
+                              member=bytes(note.value).decode("utf-8", "replace"))
+                stream.discard(gen)
+    finally:
+        del buffers
+        _detach_all()
+
+
+def _fill_order(worker_id, decoder, on_error, buffer, stream, channels, note, gen, k, slot):
+    skipped: Counter = Counter()
+    images, labels = buffer
+    if channels.generation.value != gen or stream.finished(gen):
+        channels.results.put(("done", gen, worker_id, k, slot, 0, True, {}))
+        return
+    tasks = stream.tasks(gen, note)
+    count = fill_batch(tasks, images, labels, decoder, on_error=on_error, skipped=skipped)
+    # A full batch is not final even if the stream ends right after it: the worker's next
+    # order will come back empty and final. Peeking here would hold this batch back until the
+    # reader dealt this worker's next group.
+    final = stream.finished(gen) or count < len(labels)
+    channels.results.put(("done", gen, worker_id, k, slot, count, final, dict(skipped)))
+
+
+class _TaskStream:
+    """This worker's tasks for the current generation, pulled chunk by chunk from its queue."""
+
+    def __init__(self, worker_id: int, channels: _Channels):
+        self.q, self.generation = channels.tasks[worker_id], channels.generation
+        self.gen, self.pending, self.ended = -1, [], True
+
+    def _switch(self, gen: int) -> None:
+        if gen != self.gen:
+            self.gen, self.pending, self.ended = gen, [], False
+
+    def finished(self, gen: int) -> bool:
+        self._switch(gen)
+        return self.ended
+
+    def discard(self, gen: int) -> None:
+        self._switch(gen)
+        self.pending, self.ended = [], True
+
+    def _next_chunk(self, gen: int) -> bool:
+        """Load the next chunk of `gen` into pending; False at its end (or if abandoned)."""
+        while True:
+            if self.generation.value != gen:
+                self.ended = True
+                return False
+            try:
+                chunk_gen, chunk = self.q.get(timeout=_POLL)
+            except queue.Empty:
+                continue
+            if chunk_gen < gen:
+                continue  # left over from an abandoned epoch
+            if chunk_gen > gen:  # cannot happen: the parent starts a new gen only after ours
+                raise RuntimeError(f"task chunk of generation {chunk_gen} while in {gen}")
+            if chunk is None:
+                self.ended = True
+                return False
+            self.pending = list(reversed(chunk))
+            return True
+
+    def tasks(self, gen: int, note) -> Iterator[Task]:
+        self._switch(gen)
+        while True:
+            if not self.pending and (self.ended or not self._next_chunk(gen)):
+                return
+            task = self.pending.pop()
+            note.value = task.sample.name.encode("utf-8", "replace")[: _MEMBER_FIELD - 1]
+            yield task
+
+
+_ATTACHED: list[shared_memory.SharedMemory] = []
+
+
+def _attach(names: list[str], layout) -> list[tuple[np.ndarray, np.ndarray]]:
+    images_offset, nbytes, image_shape, batch_size = layout
+    views = []
+    for name in names:
+        segment = _open_segment(name)
+        _ATTACHED.append(segment)
+        labels = np.ndarray((batch_size,), dtype=np.int64, buffer=segment.buf)
+        images = np.ndarray((batch_size, *image_shape), dtype=np.uint8, buffer=segment.buf,
+                            offset=images_offset)
+        views.append((images, labels))
+    return views
+
+
+def _open_segment(name: str) -> shared_memory.SharedMemory:
+    # The parent owns (and unlinks) the segments. Python < 3.13 would also register them with
+    # the resource tracker on attach, which then warns about "leaked" memory at exit.
+    if sys.version_info >= (3, 13):
+        return shared_memory.SharedMemory(name=name, track=False)
+    from multiprocessing import resource_tracker
+    original = resource_tracker.register
+    resource_tracker.register = lambda *args, **kwargs: None
+    try:
+        return shared_memory.SharedMemory(name=name)
+    finally:
+        resource_tracker.register = original
+
+
+def _detach_all() -> None:
+    for segment in _ATTACHED:
+        with contextlib.suppress(Exception):
+            segment.close()
+    _ATTACHED.clear()
+
+
+def _report_error(results, gen, who: str, error: BaseException, member: str | None = None):
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    try:
+        results.put(("error", gen, who, error, text, member))
+    except Exception:  # the exception itself cannot be pickled: send its text
+        results.put(("error", gen, who, None, text, member))
+
+
+# ============================================================================================
+# Parent side
+
+
+@dataclass
+class _Epoch:
+    gen: int
+    next_k: int = 0                     # next batch number to hand out
+    assigned: int = 0                   # next batch number to give a buffer to
+    ready: dict = field(default_factory=dict)       # k -> buffer, filled and complete
+    final: dict = field(default_factory=dict)       # worker -> its last batch number
+    partial: list = field(default_factory=list)     # (k, buffer) short final batches
+    outstanding: int = 0                # orders sent and not yet answered
+    readers_done: int = 0
+    skipped: Counter = field(default_factory=Counter)
+    bytes: int = 0
+
+
+class WorkerPool:
+    """Owns the reader and decode processes and hands out filled batch buffers in order."""
+
+    def __init__(self, plan: ReadPlan, decoder, pool, *, workers: int, readers: int,
+                 on_error: str = "skip", timeout: float = 300.0, stream_sources: bool = False):
+        self.plan, self.decoder, self.pool = plan, decoder, pool
+        self.workers, self.readers = workers, max(1, min(readers, workers))
+        self.on_error, self.timeout = on_error, timeout
+        self.stream_sources = stream_sources
+        self._ctx = mp.get_context("spawn")
+        self._gen = 0
+        self._epoch: _Epoch | None = None
+        self._finished: _Epoch | None = None
+        self._procs: list = []
+        self._threads: list[threading.Thread] = []
+        self.closed = False
+        self._start()
+
+    # ---- processes -------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        ctx, n = self._ctx, self.workers
+        per_worker_chunks = 2 * (-(-self.plan.batch_size // CHUNK)) + 2
+        self.channels = _Channels(
+            tasks=[ctx.Queue(maxsize=per_worker_chunks) for _ in range(n)],
+            orders=[ctx.Queue() for _ in range(n)],
+            results=ctx.Queue(),
+            control=[ctx.Queue() for _ in range(self.readers)],
+            generation=ctx.Value("q", 0, lock=False),
+            members=[ctx.Array("c", _MEMBER_FIELD, lock=False) for _ in range(n)],
+        )
+        parent = os.getpid()
+        # A transform defined in the user's script can only be unpickled where __main__ is.
+        hide_main = b"__main__" not in pickle.dumps(self.decoder)
+        with _without_main_module() if hide_main else contextlib.nullcontext():
+            for w in range(n):
+                self._spawn(worker_main, (w, self.decoder, self.on_error, self.pool.layout,
+                                          self.pool.shm_names, self.channels, parent),
+                            f"imageloader-worker-{w}")
+            for r in range(self.readers):
+                args = (r, self.plan, self.channels, self.worker_ids(r), parent)
+                if self.stream_sources:  # file objects cannot cross processes: read in a thread
+                    thread = threading.Thread(target=reader_main, args=(*args, True),
+                                              name=f"imageloader-reader-{r}", daemon=True)
+                    thread.start()
+                    self._threads.append(thread)
+                else:
+                    self._spawn(reader_main, args, f"imageloader-reader-{r}")
+
+    def _spawn(self, target, args, name) -> None:
+        proc = self._ctx.Process(target=target, args=args, name=name, daemon=True)
+        proc.start()
+        self._procs.append(proc)
+
+    def worker_ids(self, reader: int) -> list[int]:
+        return list(range(reader, self.workers, self.readers))
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop every process within `timeout` seconds, politely first. Safe to call twice."""
+        if self.closed:
+            return
+        self.closed = True
+        self.channels.generation.value = -1  # abandons whatever is being read or decoded
+        for q in self.channels.orders + self.channels.control:
+            with contextlib.suppress(Exception):
+                q.put(None)
+        deadline = time.monotonic() + timeout
+        for proc in self._procs:
+            proc.join(max(0.0, deadline - time.monotonic()))
+        for proc in self._procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1.0)
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for q in self._all_queues():
+            q.cancel_join_thread()  # never block interpreter exit on unflushed messages
+            q.close()
+
+    def _all_queues(self):
+        c = self.channels
+        return [*c.tasks, *c.orders, c.results, *c.control]
+
+    # ---- epochs ----------------------------------------------------------------------------
+
+    def batches(self, epoch: int, order: tuple[int, ...]) -> Iterator[Any]:
+        """Yield filled pool buffers (refs=1, `count` set) of one epoch, in order.
+
+        `order`: the epoch's archive order as indices into the plan's archives; reader r
+        reads order[r::readers].
+        """
+        if self.closed:
+            raise RuntimeError("the loader's workers are closed")
+        self._abandon()
+        self._gen += 1
+        state = self._epoch = _Epoch(self._gen)
+        self.channels.generation.value = state.gen
+        for r in range(self.readers):
+            self.channels.control[r].put((state.gen, epoch, tuple(order[r::self.readers])))
+        try:
+            yield from self._collect(state)
+        finally:
+            if self._epoch is state:
+                self._abandon()
+
+    def _collect(self, state: _Epoch) -> Iterator[Any]:
+        while True:
+            self._assign(state)
+            buf = state.ready.pop(state.next_k, None)
+            if buf is not None:
+                state.next_k += 1
+                yield buf
+                continue
+            if self._missing(state.next_k, state) and not self._all_ended(state):
+                state.next_k += 1  # that worker's stream ended earlier (or short: merged later)
+                continue
+            if self._complete(state):
+                break
+            self._receive(state)
+        yield from self._merge_partials(state)
+        self._finished = state
+        self._epoch = None
+
+    def _worker_of(self, k: int) -> int:
+        return k % self.workers
+
+    def _assign(self, state: _Epoch) -> None:
+        # Buffers go to batches strictly in batch order, so the batch the consumer waits for
+        # always has one: no deadlock however the workers' speeds differ.
+        while True:
+            w = self._worker_of(state.assigned)
+            if w in state.final and state.final[w] < state.assigned:
+                if len(state.final) == self.workers:
+                    return  # every worker ended: nothing more to assign
+                state.assigned += 1
+                continue
+            if state.assigned - state.next_k >= len(self.pool.buffers):
+                return  # far enough ahead; the pool bounds memory anyway
+            buf = self.pool.lease(block=False)
+            if buf is None:
+                return
+            buf.meta.update(gen=state.gen, k=state.assigned)
+            self.channels.orders[w].put((state.gen, state.assigned, buf.slot))
+            state.outstanding += 1
+            state.assigned += 1
+
+    def _missing(self, k: int, state: _Epoch) -> bool:
+        # Not ready and never will be in order: its worker's last batch came at or before k.
+        w = self._worker_of(k)
+        return w in state.final and state.final[w] <= k
+
+    def _all_ended(self, state: _Epoch) -> bool:
+        return len(state.final) == self.workers and state.next_k > max(state.final.values())
+
+    def _complete(self, state: _Epoch) -> bool:
+        return (self._all_ended(state) and state.outstanding == 0
+                and state.readers_done == self.readers and not state.ready)
+
+    def _receive(self, state: _Epoch) -> None:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                message = self.channels.results.get(timeout=_POLL)
+            except queue.Empty:
+                self._check_alive()
+                if time.monotonic() > deadline:
+                    raise WorkerError(self._hang_message())
+                continue
+            self._handle(state, message)
+            return
+
+    def _handle(self, state: _Epoch, message) -> None:
+        kind, gen = message[0], message[1]
+        if kind == "error":
+            _, _, who, error, text, member = message
+            if gen == state.gen:
+                raise _remote(who, error, text, member)
+            return
+        if kind == "read":
+            if gen == state.gen:
+                state.readers_done += 1
+                state.skipped.update(message[3])
+                state.bytes += message[4]
+            return
+        _, _, worker, k, slot, count, final, skipped = message
+        buf = self.pool.buffers[slot]
+        if gen != state.gen:
+            self.pool.release(buf)  # an order of an abandoned epoch: the buffer comes back
+            return
+        state.outstanding -= 1
+        state.skipped.update(skipped)
+        if final and worker not in state.final:
+            state.final[worker] = k
+        buf.count = count
+        if count == 0:
+            self.pool.release(buf)
+        elif final and count < self.plan.batch_size:
+            state.partial.append((k, buf))
+        else:
+            state.ready[k] = buf
+
+    def _merge_partials(self, state: _Epoch) -> Iterator[Any]:
+        """Short last batches of several workers -> full batches + at most one short one."""
+        parts = [buf for _, buf in sorted(state.partial, key=lambda item: item[0])]
+        size = self.plan.batch_size
+        while parts:
+            target = parts.pop(0)
+            while target.count < size and parts:
+                donor = parts[0]
+                take = min(size - target.count, donor.count)
+                _move_rows(donor, 0, target, target.count, take)
+                target.count += take
+                _move_rows(donor, take, donor, 0, donor.count - take)  # compact the donor
+                donor.count -= take
+                if donor.count == 0:
+                    self.pool.release(parts.pop(0))
+            yield target
+
+    def _abandon(self) -> None:
+        """Forget the current epoch: later messages of its generation free their buffers."""
+        state, self._epoch = self._epoch, None
+        if state is None:
+            return
+        self.channels.generation.value = state.gen + 10**9  # never equal to a real generation
+        for buf in list(state.ready.values()) + [b for _, b in state.partial]:
+            self.pool.release(buf)
+        state.ready.clear()
+        state.partial.clear()
+
+    # ---- faults ----------------------------------------------------------------------------
+
+    def _check_alive(self) -> None:
+        for i, proc in enumerate(self._procs):
+            if proc.exitcode is not None:
+                self.close()
+                raise WorkerError(f"{proc.name} (pid {proc.pid}) died with "
+                                  f"{_exit_text(proc.exitcode)}{self._doing(proc.name)}")
+        for thread in self._threads:
+            if not thread.is_alive():
+                self.close()
+                raise WorkerError(f"{thread.name} stopped unexpectedly")
+
+    def _doing(self, name: str) -> str:
+        if not name.startswith("imageloader-worker-"):
+            return ""
+        w = int(name.rsplit("-", 1)[1])
+        member = bytes(self.channels.members[w].value).decode("utf-8", "replace")
+        return f" while decoding member {member!r}" if member else ""
+
+    def _hang_message(self) -> str:
+        doing = [f"worker {w}: {bytes(m.value).decode('utf-8', 'replace')!r}"
+                 for w, m in enumerate(self.channels.members) if m.value]
+        return (f"no batch arrived for {self.timeout:.0f} s (timeout); last members being "
+                f"decoded: {'; '.join(doing) or 'none'}")
+
+    @property
+    def epoch_stats(self) -> tuple[Counter, int]:
+        """Skip counts and bytes read of the running epoch, or of the last one finished."""
+        state = self._epoch or self._finished
+        return (state.skipped, state.bytes) if state else (Counter(), 0)
+
+
+def _move_rows(src, src_row: int, dst, dst_row: int, n: int) -> None:
+    if n <= 0:
+        return
+    dst.images[dst_row:dst_row + n] = src.images[src_row:src_row + n].clone()
+    dst.labels[dst_row:dst_row + n] = src.labels[src_row:src_row + n].clone()
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def _remote(who: str, error: BaseException | None, text: str, member: str | None):
+    where = f" while decoding member {member!r}" if member else ""
+    if isinstance(error, (ArchiveError, KeyError, ValueError)) and error is not None:
+        error.__cause__ = WorkerError(f"in {who}{where}:\n{text}")
+        return error
+    return WorkerError(f"{who} failed{where}:\n{text}")
+
+
+@contextlib.contextmanager
+def _without_main_module():
+    # multiprocessing's spawn re-imports the parent's __main__ script in every child, which for
+    # a training script means importing torch 16 times (seconds and ~300 MB each). Our children
+    # need nothing from __main__: everything they run lives in this module. Hiding __main__
+    # while the children start makes them import only what their arguments need.
+    main = sys.modules.get("__main__")
+    stub = types.ModuleType("__main__")
+    sys.modules["__main__"] = stub
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main

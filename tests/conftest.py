@@ -1,0 +1,96 @@
+"""Small real archives built in fixtures: images whose pixels encode their class."""
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+
+import numpy as np
+import pytest
+from PIL import Image
+
+
+def class_level(label: int) -> int:
+    """Gray level that encodes a class: a solid image stays solid through crop and resize."""
+    return 20 + 23 * label
+
+
+def encode(img: Image.Image, fmt: str = "JPEG", **kwargs) -> bytes:
+    out = io.BytesIO()
+    if fmt == "JPEG":
+        kwargs.setdefault("quality", 95)
+    img.save(out, format=fmt, **kwargs)
+    return out.getvalue()
+
+
+def solid(level: int, size=(40, 30), mode="RGB", fmt="JPEG") -> bytes:
+    color = level if mode == "L" else (level, level, level)
+    return encode(Image.new(mode, size, color), fmt)
+
+
+def photo(seed: int, size=(64, 48), fmt="JPEG") -> bytes:
+    """A textured image: resampling differences between code paths show up in its pixels."""
+    rng = np.random.default_rng(seed)
+    small = rng.integers(0, 256, (size[1] // 8, size[0] // 8, 3), dtype=np.uint8)
+    return encode(Image.fromarray(small).resize(size, Image.BICUBIC), fmt)
+
+
+def add_file(tar: tarfile.TarFile, name: str, data: bytes, **attrs) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.mtime = 1_700_000_000
+    for key, value in attrs.items():
+        setattr(info, key, value)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def add_entry(tar: tarfile.TarFile, name: str, kind: bytes, linkname: str = "") -> None:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = linkname
+    tar.addfile(info)
+
+
+def write_archive(path, files: list[tuple[str, bytes]], *, compress: bool = True,
+                  extra=None, fmt=tarfile.PAX_FORMAT) -> str:
+    """Write (name, data) files, then call extra(tar) for special entries."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=fmt) as tar:
+        for name, data in files:
+            add_file(tar, name, data)
+        if extra is not None:
+            extra(tar)
+    data = raw.getvalue()
+    if compress:
+        data = gzip.compress(data, mtime=0)
+    with open(path, "wb") as f:
+        f.write(data)
+    return str(path)
+
+
+def labeled_files(classes: int, per_class: int, *, prefix="train", size=(40, 30),
+                  fmt="JPEG") -> list[tuple[str, bytes]]:
+    """Class folders c00..cNN; images of class k are solid gray `class_level(k)`."""
+    files = []
+    for k in range(classes):
+        for i in range(per_class):
+            ext = "png" if fmt == "PNG" else "jpg"
+            files.append((f"{prefix}/c{k:02d}/img{i:03d}.{ext}",
+                          solid(class_level(k), size, fmt=fmt)))
+    return files
+
+
+@pytest.fixture
+def labeled_archive(tmp_path):
+    """5 classes x 7 images, members interleaved so archive order is not class order."""
+    files = labeled_files(5, 7)
+    files = files[::2] + files[1::2]
+    return write_archive(tmp_path / "train.tgz", files)
+
+
+def assert_labels_match_pixels(images_uint8, labels, tolerance: int = 6) -> None:
+    """Every image's mean gray level must be the level of its label."""
+    means = images_uint8.float().mean(dim=(1, 2, 3))
+    expected = 20 + 23 * labels.float()
+    worst = (means - expected).abs().max().item()
+    assert worst <= tolerance, f"pixels do not match labels: max |mean - level| = {worst}"

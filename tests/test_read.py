@@ -1,0 +1,216 @@
+"""Stage 1: the streaming tar reader."""
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+import tracemalloc
+from collections import Counter
+
+import pytest
+
+from conftest import add_entry, add_file, labeled_files, solid, write_archive
+from imageloader.errors import ArchiveError, Limits
+from imageloader.read import available_inflaters, expand_sources, iter_members
+
+
+def members(source, **kwargs):
+    skipped = Counter()
+    found = list(iter_members(source, skipped=skipped, **kwargs))
+    return found, skipped
+
+
+class NonSeekable(io.RawIOBase):
+    """A pipe-like stream: read only, no seek, no tell."""
+
+    def __init__(self, data: bytes):
+        self._buf = io.BytesIO(data)
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        chunk = self._buf.read(min(len(b), 1000))  # short reads, like a socket
+        b[:len(chunk)] = chunk
+        return len(chunk)
+
+
+def test_labels_come_from_parent_folder_in_stream_order(tmp_path):
+    files = [("train/n01/a.jpg", solid(10)), ("train/n02/deep/b.JPEG", solid(20)),
+             ("x/n03/c.png", solid(30, fmt="PNG"))]
+    found, skipped = members(write_archive(tmp_path / "a.tgz", files))
+    assert [(m.name, m.label) for m in found] == [
+        ("train/n01/a.jpg", "n01"), ("train/n02/deep/b.JPEG", "deep"), ("x/n03/c.png", "n03")]
+    assert [m.data for m in found] == [d for _, d in files]
+    assert [m.index for m in found] == [0, 1, 2]
+    assert not skipped
+
+
+@pytest.mark.parametrize("compress", [True, False])
+def test_tgz_tar_and_non_seekable_stream_agree(tmp_path, compress):
+    files = labeled_files(3, 4)
+    path = write_archive(tmp_path / "a.tar", files, compress=compress)
+    from_path, _ = members(path)
+    with open(path, "rb") as f:
+        from_stream, _ = members(NonSeekable(f.read()))
+    assert [m.name for m in from_path] == [n for n, _ in files]
+    assert [(m.name, m.data) for m in from_stream] == [(m.name, m.data) for m in from_path]
+    assert from_stream[0].archive.startswith("<")  # streams are named by their type
+
+
+@pytest.mark.parametrize("inflate", available_inflaters())
+def test_every_inflater_gives_the_same_members(tmp_path, inflate):
+    files = labeled_files(2, 5)
+    found, _ = members(write_archive(tmp_path / "a.tgz", files), inflate=inflate)
+    assert [(m.name, m.data) for m in found] == files
+
+
+def test_skipped_members_are_counted_by_reason_never_decoded(tmp_path):
+    good = [("t/cat/1.jpg", solid(50)), ("t/dog/2.png", solid(60, fmt="PNG"))]
+    files = good + [
+        ("t/cat/._1.jpg", b"resource fork"), ("t/cat/.DS_Store", b"x"),
+        ("__MACOSX/t/cat/1.jpg", solid(1)), ("t/cat/notes.txt", b"hello"),
+        ("root.jpg", solid(2)), ("t/cat/empty.jpg", b""), ("t/cat/1.jpg", solid(3)),
+        ("t/cat/huge.jpg", b"x" * 5000),
+    ]
+
+    def extra(tar):
+        add_entry(tar, "t/dir", tarfile.DIRTYPE)
+        add_entry(tar, "t/cat/link.jpg", tarfile.SYMTYPE, "1.jpg")
+        add_entry(tar, "t/cat/hard.jpg", tarfile.LNKTYPE, "t/cat/1.jpg")
+        add_entry(tar, "t/cat/fifo.jpg", tarfile.FIFOTYPE)
+        add_entry(tar, "t/cat/chr.jpg", tarfile.CHRTYPE)
+
+    path = write_archive(tmp_path / "a.tgz", files, extra=extra)
+    found, skipped = members(path, limits=Limits(max_member_bytes=4096))
+    assert [(m.name, m.data) for m in found] == good
+    assert skipped == Counter(macos_metadata=3, not_image=1, no_class_folder=1, empty=1,
+                              duplicate=1, too_large=1, directory=1, link=2, special=2)
+
+
+@pytest.mark.parametrize("name, reason", [
+    ("/abs/cat/x.jpg", "bad_name"), ("t/../cat/x.jpg", "bad_name"),
+    ("t\\cat\\x.jpg", "bad_name"), ("t/ca\x01t/x.jpg", "bad_name"),
+    ("./t/cat/x.jpg", None), ("t//cat/x.jpg", None),
+])
+def test_hostile_names_are_counted_and_odd_ones_normalized(tmp_path, name, reason):
+    path = write_archive(tmp_path / "a.tgz", [(name, solid(9))])
+    found, skipped = members(path)
+    if reason:
+        assert not found and skipped == Counter({reason: 1})
+    else:
+        assert [(m.name, m.label) for m in found] == [("t/cat/x.jpg", "cat")]
+
+
+def test_non_utf8_name_is_a_bad_name(tmp_path):
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT,
+                      encoding="latin-1") as tar:
+        add_file(tar, "t/caf\xe9/x.jpg", solid(9))  # latin-1 bytes, invalid as UTF-8
+        add_file(tar, "t/ok/y.jpg", solid(9))
+    path = tmp_path / "a.tar"
+    path.write_bytes(raw.getvalue())
+    found, skipped = members(str(path))
+    assert [m.label for m in found] == ["ok"] and skipped == Counter(bad_name=1)
+
+
+def test_member_list_does_not_grow(tmp_path):
+    files = [(f"t/c{i % 10}/{i:05d}.jpg", b"\xff\xd8" + bytes(30)) for i in range(20_000)]
+    path = write_archive(tmp_path / "many.tar", files, compress=False, fmt=tarfile.USTAR_FORMAT)
+    tracemalloc.start()
+    count = sum(1 for _ in iter_members(path, skipped=Counter(), read_data=False))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert count == 20_000
+    # 20,000 retained TarInfo objects would take > 10 MB; the duplicate check ~2 MB.
+    assert peak < 5_000_000, f"peak {peak} bytes: the member list grows with the archive"
+
+
+def test_glob_and_list_sources(tmp_path):
+    for i in range(3):
+        write_archive(tmp_path / f"shard-{i}.tgz", labeled_files(1, 1))
+    assert expand_sources(str(tmp_path / "shard-*.tgz")) == [
+        str(tmp_path / f"shard-{i}.tgz") for i in range(3)]
+    assert len(expand_sources([str(tmp_path / "shard-0.tgz"), str(tmp_path / "shard-2.tgz")])) == 2
+    with pytest.raises(FileNotFoundError, match="nothing-here"):
+        expand_sources(str(tmp_path / "nothing-here-*.tgz"))
+    with pytest.raises(FileNotFoundError, match="missing.tgz"):
+        expand_sources(str(tmp_path / "missing.tgz"))
+
+
+# ---- archive-level errors name the archive, the member and the offset -----------------------
+
+
+def _tar_bytes(files):
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in files:
+            add_file(tar, name, data)
+    return bytearray(raw.getvalue())
+
+
+@pytest.mark.parametrize("inflate", available_inflaters())
+def test_gzip_crc_mismatch_is_reported(tmp_path, inflate):
+    blob = bytearray(gzip.compress(bytes(_tar_bytes(labeled_files(2, 3))), mtime=0))
+    blob[-8] ^= 0x01  # the stored CRC32: data inflates fine, only the checksum disagrees
+    path = tmp_path / "crc.tgz"
+    path.write_bytes(blob)
+    with pytest.raises(ArchiveError, match="checksum|CRC") as info:
+        members(str(path), inflate=inflate)
+    assert "crc.tgz" in str(info.value)
+
+
+@pytest.mark.parametrize("inflate", available_inflaters())
+def test_truncated_gzip_is_reported(tmp_path, inflate):
+    blob = gzip.compress(bytes(_tar_bytes(labeled_files(2, 3))), mtime=0)
+    path = tmp_path / "cut.tgz"
+    path.write_bytes(blob[: len(blob) * 2 // 3])
+    with pytest.raises(ArchiveError, match="cut.tgz"):
+        members(str(path), inflate=inflate)
+
+
+def test_corrupt_header_mid_archive_is_not_a_silent_end(tmp_path):
+    files = labeled_files(1, 4)
+    tar = _tar_bytes(files)
+    second_header = 512 + -(-len(files[0][1]) // 512) * 512
+    tar[second_header + 148:second_header + 156] = b"9999999\x00"  # wrong header checksum
+    path = tmp_path / "bad.tar"
+    path.write_bytes(bytes(tar))
+    with pytest.raises(ArchiveError, match="corrupt tar header") as info:
+        members(str(path))
+    assert info.value.offset == second_header
+    assert "bad.tar" in str(info.value) and files[0][0] in str(info.value)
+
+
+def test_truncated_plain_tar_inside_data(tmp_path):
+    tar = _tar_bytes(labeled_files(1, 3))
+    path = tmp_path / "short.tar"
+    path.write_bytes(bytes(tar[:1500]))
+    with pytest.raises(ArchiveError, match="short.tar"):
+        members(str(path))
+
+
+def test_tar_without_end_marker_is_truncated(tmp_path):
+    files = labeled_files(1, 2)
+    tar = _tar_bytes(files)
+    end = 2 * (512 + -(-len(files[0][1]) // 512) * 512)
+    path = tmp_path / "noend.tar"
+    path.write_bytes(bytes(tar[:end]))
+    with pytest.raises(ArchiveError, match="truncated"):
+        members(str(path))
+
+
+def test_garbage_after_end_marker_is_reported(tmp_path):
+    tar = _tar_bytes(labeled_files(1, 2)) + bytearray(b"\x01" * 2048)
+    path = tmp_path / "tail.tar"
+    path.write_bytes(bytes(tar))
+    with pytest.raises(ArchiveError, match="after the end-of-archive"):
+        members(str(path))
+
+
+def test_not_an_archive(tmp_path):
+    path = tmp_path / "photo.tgz"
+    path.write_bytes(solid(3))
+    with pytest.raises(ArchiveError, match="not a tar") as info:
+        members(str(path))
+    assert "photo.tgz" in str(info.value)
