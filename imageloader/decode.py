@@ -72,27 +72,33 @@ class Decoder:
 
     def __call__(self, data: bytes, out: np.ndarray, seed: int) -> None:
         rng = random.Random(seed)
+        img, flip = self._decode_image(data, rng)
+        if self.transform is not None:
+            self._apply_transform(img, out, rng)  # errors in user code are not skipped
+        else:
+            _write(out, img, flip)
+
+    def _decode_image(self, data: bytes, rng: random.Random) -> tuple[Image.Image, bool]:
+        """Everything Pillow does to the bytes; any failure becomes a SampleError."""
         try:
             if self.limits.max_pixels > (Image.MAX_IMAGE_PIXELS or math.inf):
                 with warnings.catch_warnings():
                     # Pillow warns between 1x and 2x its bomb limit; our own limit is enforced.
                     warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-                    self._decode_into(data, out, rng)
-            else:
-                self._decode_into(data, out, rng)
+                    return self._decode_geometry(data, rng)
+            return self._decode_geometry(data, rng)
         except SampleError:
             raise
         except Image.DecompressionBombError as error:
             raise SampleError("too_many_pixels", str(error)) from None
         except Exception as error:  # Pillow raises many types on hostile input; all mean one image
-            reason = "truncated" if "truncated" in str(error) else "undecodable"
+            reason = "truncated" if "truncated" in str(error).lower() else "undecodable"
             raise SampleError(reason, f"{type(error).__name__}: {error}") from None
 
-    def _decode_into(self, data: bytes, out: np.ndarray, rng: random.Random) -> None:
+    def _decode_geometry(self, data: bytes, rng: random.Random) -> tuple[Image.Image, bool]:
         img = open_image(data, self.formats, self.limits)
         if self.transform is not None:
-            self._apply_transform(load_converted(img, self.mode), out, rng)
-            return
+            return load_converted(img, self.mode), False
         orientation = _orientation(img)
         display = img.size[::-1] if orientation in (5, 6, 7, 8) else img.size
         box = self._crop_box(display, rng)
@@ -102,8 +108,7 @@ class Decoder:
         sx, sy = img.size[0] / display[0], img.size[1] / display[1]
         box = (box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy)
         h, w = self.augment.size
-        img = img.resize((w, h), Image.BILINEAR, box=box)
-        _write(out, img, flip)
+        return img.resize((w, h), Image.BILINEAR, box=box), flip
 
     def _crop_box(self, size: tuple[int, int], rng: random.Random):
         if self.augment.train:
@@ -213,13 +218,21 @@ def random_resized_crop_box(size: tuple[int, int], scale, ratio, rng: random.Ran
 
 
 def center_crop_box(size: tuple[int, int], out_hw: tuple[int, int], crop_fraction: float):
-    """Resize(shorter side = out / crop_fraction) + CenterCrop(out), as a box of the source."""
+    """torchvision's Resize(out / crop_fraction) + CenterCrop(out), as a box of the source.
+
+    Same integer arithmetic as torchvision (resized size truncated, crop offsets rounded), so
+    one box resize gives the pixels of resizing the whole image and then cropping.
+    """
     width, height = size
-    short_target = round(max(out_hw) / crop_fraction)
-    s = short_target / min(width, height)
-    crop_w, crop_h = out_hw[1] / s, out_hw[0] / s
-    left, top = (width - crop_w) / 2, (height - crop_h) / 2
-    return (left, top, left + crop_w, top + crop_h)
+    short_target = int(max(out_hw) / crop_fraction)
+    if width <= height:
+        new_w, new_h = short_target, int(short_target * height / width)
+    else:
+        new_w, new_h = int(short_target * width / height), short_target
+    top = int(round((new_h - out_hw[0]) / 2.0))
+    left = int(round((new_w - out_hw[1]) / 2.0))
+    sx, sy = new_w / width, new_h / height
+    return (left / sx, top / sy, (left + out_hw[1]) / sx, (top + out_hw[0]) / sy)
 
 
 def _write(out: np.ndarray, img: Image.Image, flip: bool) -> None:

@@ -1,0 +1,225 @@
+"""The public ImageLoader end to end on the CPU: pixels, labels, counts, order, epochs."""
+from __future__ import annotations
+
+import io
+import warnings
+
+import pytest
+import torch
+
+from conftest import (assert_labels_match_pixels, class_level, labeled_files, solid,
+                      write_archive)
+from imageloader import ImageLoader, Normalize, Options
+from imageloader.errors import ArchiveError, UnknownLabelError
+
+
+def raw_loader(path, **kw):
+    kw.setdefault("size", 16)
+    kw.setdefault("workers", 0)
+    return ImageLoader(path, normalize=False, device="cpu", **kw)
+
+
+def collect(loader):
+    batches = list(loader)
+    return torch.cat([x for x, _ in batches]), torch.cat([y for _, y in batches]), batches
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_every_image_once_with_its_label_and_partial_last_batch(labeled_archive, workers):
+    with raw_loader(labeled_archive, batch_size=8, workers=workers) as loader:
+        images, labels, batches = collect(loader)
+        assert [len(y) for _, y in batches] == [8, 8, 8, 8, 3]
+        assert images.dtype == torch.uint8 and images.shape == (35, 3, 16, 16)
+        assert labels.dtype == torch.int64
+        assert sorted(labels.tolist()) == sorted([k for k in range(5) for _ in range(7)])
+        assert_labels_match_pixels(images, labels)
+        assert loader.stats.samples == 35 and loader.stats.batches == 5
+        assert len(loader) == 5
+
+
+def test_drop_last(labeled_archive):
+    with raw_loader(labeled_archive, batch_size=8, drop_last=True, workers=2) as loader:
+        assert [len(y) for _, y in loader] == [8, 8, 8, 8]
+        assert len(loader) == 4
+
+
+def test_order_is_seeded_identical_across_worker_counts_and_changes_per_epoch(tmp_path):
+    path = write_archive(tmp_path / "a.tgz", labeled_files(4, 10, size=(50, 40)))
+    runs = {}
+    for workers in (0, 1, 3):
+        with raw_loader(path, batch_size=6, workers=workers, seed=7) as loader:
+            runs[workers] = [collect(loader) for _ in range(2)]
+    for workers in (1, 3):
+        for epoch in range(2):
+            assert torch.equal(runs[workers][epoch][0], runs[0][epoch][0])
+            assert torch.equal(runs[workers][epoch][1], runs[0][epoch][1])
+    assert not torch.equal(runs[0][0][1], runs[0][1][1])  # epoch 1 has another order
+    with raw_loader(path, batch_size=6, seed=8) as other:
+        assert not torch.equal(collect(other)[1], runs[0][0][1])
+
+
+def test_eval_loader_keeps_archive_order(tmp_path):
+    files = labeled_files(3, 3)
+    path = write_archive(tmp_path / "a.tgz", files)
+    with raw_loader(path, batch_size=4, train=False) as loader:
+        labels = collect(loader)[1]
+    assert labels.tolist() == [int(name.split("/")[1][1:]) for name, _ in files]
+
+
+def test_normalized_output_on_cpu(labeled_archive):
+    mean, std = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
+    loader = ImageLoader(labeled_archive, batch_size=35, size=8, device="cpu", workers=0,
+                         normalize=Normalize(mean, std, dtype=torch.bfloat16))
+    images, labels = next(iter(loader))
+    assert images.dtype == torch.bfloat16 and images.is_contiguous(memory_format=torch.channels_last)
+    expected = (class_level(labels.float()) / 255 - 0.5) / 0.25
+    assert (images.float().mean(dim=(1, 2, 3)) - expected).abs().max() < 0.1
+
+
+def test_batches_handed_out_do_not_change_later(labeled_archive):
+    with raw_loader(labeled_archive, batch_size=4, workers=2) as loader:
+        batches = list(loader)
+        copies = [(x.clone(), y.clone()) for x, y in batches]
+        list(loader)  # another epoch reuses every pool buffer
+        assert all(torch.equal(a, c) and torch.equal(b, d)
+                   for (a, b), (c, d) in zip(batches, copies))
+
+
+def test_grayscale_mode(labeled_archive):
+    with raw_loader(labeled_archive, batch_size=35, mode="L") as loader:
+        images, labels = next(iter(loader))
+    assert images.shape == (35, 1, 16, 16)
+    assert_labels_match_pixels(images, labels)
+
+
+def test_skipped_images_are_counted_replaced_and_warned(tmp_path):
+    files = labeled_files(2, 5) + [("t/c00/bad1.jpg", b"not a jpeg at all"),
+                                   ("t/c01/bad2.jpg", solid(1)[:100]), ("t/c01/x.txt", b"x")]
+    path = write_archive(tmp_path / "a.tgz", files)
+    for workers in (0, 2):
+        with raw_loader(path, batch_size=4, workers=workers) as loader:
+            with pytest.warns(UserWarning, match="skipped 3 members"):
+                images, labels, batches = collect(loader)
+            assert [len(y) for _, y in batches] == [4, 4, 2]
+            assert loader.stats.skipped == {"undecodable": 1, "truncated": 1, "not_image": 1}
+            assert_labels_match_pixels(images, labels)
+
+
+def test_on_error_raise_names_member(tmp_path):
+    path = write_archive(tmp_path / "a.tgz", labeled_files(1, 2) + [("t/c00/z.jpg", b"junk")])
+    for workers in (0, 1):
+        loader = raw_loader(path, batch_size=8, workers=workers,
+                            options=Options(on_error="raise"))
+        with loader, pytest.raises(ValueError, match="t/c00/z.jpg"):
+            list(loader)
+
+
+def test_unknown_label_is_an_error_unless_skipped(tmp_path):
+    train = write_archive(tmp_path / "train.tgz", labeled_files(2, 2))
+    val = write_archive(tmp_path / "val.tgz", labeled_files(3, 1, prefix="val"))
+    vocab = raw_loader(train).vocab
+    for workers in (0, 1):
+        with raw_loader(val, vocab=vocab, workers=workers) as loader:
+            with pytest.raises(UnknownLabelError, match="c02") as info:
+                list(loader)
+            assert "val/c02/img000.jpg" in str(info.value)
+    with raw_loader(val, vocab=vocab, options=Options(unknown_labels="skip")) as loader:
+        with pytest.warns(UserWarning):
+            assert collect(loader)[1].tolist() == [0, 1]
+
+
+def test_archive_errors_reach_the_loop(tmp_path):
+    blob = bytearray(open(write_archive(tmp_path / "ok.tgz", labeled_files(2, 3)), "rb").read())
+    blob[-8] ^= 1
+    bad = tmp_path / "bad.tgz"
+    bad.write_bytes(bytes(blob))
+    for workers in (0, 1):
+        with raw_loader(str(bad), vocab=["c00", "c01"], workers=workers) as loader:
+            with pytest.raises(ArchiveError, match="bad.tgz"):
+                list(loader)
+
+
+def test_stream_source_reads_one_epoch(tmp_path):
+    path = write_archive(tmp_path / "a.tgz", labeled_files(2, 3))
+
+    class Pipe(io.RawIOBase):
+        def __init__(self, data):
+            self._b = io.BytesIO(data)
+
+        def readable(self):
+            return True
+
+        def readinto(self, b):
+            chunk = self._b.read(len(b))
+            b[:len(chunk)] = chunk
+            return len(chunk)
+
+    loader = raw_loader(Pipe(open(path, "rb").read()), vocab=["c00", "c01"], batch_size=4)
+    images, labels, _ = collect(loader)
+    assert len(labels) == 6
+    assert_labels_match_pixels(images, labels)
+    with pytest.raises(ValueError, match="one epoch"):
+        list(loader)
+    with open(path, "rb") as f:  # a seekable file object is rewound every epoch
+        seekable = raw_loader(f, vocab=["c00", "c01"], batch_size=4, workers=1)
+        assert len(collect(seekable)[1]) == len(collect(seekable)[1]) == 6
+        seekable.close()
+
+
+def test_shards_glob_and_shard_order_shuffle(tmp_path):
+    for i in range(3):
+        write_archive(tmp_path / f"s{i}.tgz", labeled_files(3, 2, prefix=f"p{i}"))
+    with raw_loader(str(tmp_path / "s*.tgz"), batch_size=5, workers=2) as loader:
+        images, labels, _ = collect(loader)
+        assert len(labels) == 18 and len(loader) == 4
+        assert_labels_match_pixels(images, labels)
+
+
+def test_break_and_new_iterators_recover_buffers(labeled_archive):
+    with raw_loader(labeled_archive, batch_size=4, workers=2, prefetch=1) as loader:
+        for _ in range(5):
+            for i, _batch in enumerate(loader):
+                if i == 1:
+                    break
+        first = iter(loader)
+        next(first)
+        second = iter(loader)  # abandons the first
+        assert len(collect_iter(second)) == 35
+        assert loader._pool.in_use() == 0
+
+
+def collect_iter(it):
+    return torch.cat([y for _, y in it])
+
+
+def test_exception_in_loop_body_leaves_loader_usable(labeled_archive):
+    with raw_loader(labeled_archive, batch_size=4, workers=1) as loader:
+        with pytest.raises(RuntimeError, match="boom"):
+            for _ in loader:
+                raise RuntimeError("boom")
+        assert len(collect(loader)[1]) == 35
+
+
+def test_distributed_shares_are_disjoint_and_cover(tmp_path):
+    path = write_archive(tmp_path / "a.tgz", labeled_files(3, 7))
+    seen = []
+    for rank in range(3):
+        with raw_loader(path, batch_size=4, train=False, workers=1,
+                        options=Options(rank=rank, world_size=3)) as loader:
+            images, labels, _ = collect(loader)
+            assert len(labels) == 7 == loader.images_per_epoch()
+            assert_labels_match_pixels(images, labels)
+            seen.append(labels)
+    assert sorted(torch.cat(seen).tolist()) == sorted(k for k in range(3) for _ in range(7))
+
+
+def test_repr_and_invalid_arguments(labeled_archive):
+    with pytest.raises(ValueError):
+        ImageLoader(labeled_archive, batch_size=0)
+    with pytest.raises(ValueError):
+        ImageLoader(labeled_archive, options=Options(on_error="ignore"))
+    loader = raw_loader(labeled_archive)
+    assert "5 classes" in repr(loader)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loader.close()

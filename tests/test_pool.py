@@ -1,0 +1,81 @@
+"""The buffer pool: owner counts, copy events, shared memory lifetime."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from imageloader.pool import BufferPool
+
+
+class FakeEvent:
+    """Stands in for a CUDA event: completes when the test says so."""
+
+    def __init__(self):
+        self.done = False
+        self.waited = 0
+
+    def query(self):
+        return self.done
+
+    def synchronize(self):
+        self.waited += 1
+        self.done = True
+
+
+def test_lease_release_and_owner_counts():
+    pool = BufferPool(2, 4, (8, 8, 3))
+    a = pool.lease()
+    assert a.refs == 1 and pool.free == 1
+    pool.retain(a)
+    pool.release(a)
+    assert pool.free == 1  # still one owner
+    pool.release(a)
+    assert pool.free == 2
+    with pytest.raises(RuntimeError, match="released more times"):
+        pool.release(a)
+
+
+def test_buffer_waits_for_its_copy_event_before_reuse():
+    pool = BufferPool(2, 4, (8, 8, 3))
+    a, b = pool.lease(), pool.lease()
+    copy_a, copy_b = FakeEvent(), FakeEvent()
+    pool.release(a, after=copy_a)
+    pool.release(b, after=copy_b)
+    assert pool.lease(block=False) is None  # both copies still in flight
+    copy_b.done = True
+    # FIFO: the oldest release comes back first, so b waits behind a.
+    assert pool.lease(block=False) is None
+    got = pool.lease()  # blocks on the oldest copy only
+    assert got is a and copy_a.waited == 1 and copy_b.waited == 0
+
+
+def test_views_are_nchw_with_channels_last_memory():
+    pool = BufferPool(1, 4, (5, 6, 3))
+    buf = pool.lease()
+    buf.count = 3
+    images, labels = buf.views()
+    assert images.shape == (3, 3, 5, 6) and labels.shape == (3,)
+    assert images.is_contiguous(memory_format=torch.channels_last)
+    assert images.dtype == torch.uint8 and labels.dtype == torch.int64
+
+
+def test_shared_segments_are_unlinked_on_close():
+    pool = BufferPool(3, 2, (4, 4, 3), shared=True)
+    names = pool.shm_names
+    assert len(names) == 3 and all(os.path.exists(f"/dev/shm/{n}") for n in names)
+    buf = pool.lease()
+    buf.images.fill_(9)
+    del buf
+    pool.close()
+    assert not any(os.path.exists(f"/dev/shm/{n}") for n in names)
+    pool.close()  # twice is fine
+
+
+def test_reset_forgets_owners_of_an_abandoned_epoch():
+    pool = BufferPool(3, 2, (4, 4, 3))
+    held = [pool.lease() for _ in range(3)]
+    assert pool.in_use() == 3 and held
+    pool.reset()
+    assert pool.in_use() == 0 and pool.free == 3

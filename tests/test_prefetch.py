@@ -1,0 +1,256 @@
+"""Stage 4: the prefetcher. CPU behaviour here; CUDA tests run on a GPU host (skipped without)."""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import assert_labels_match_pixels, labeled_files, write_archive
+from imageloader import ImageLoader, Normalize
+from imageloader.pool import BufferPool
+from imageloader.prefetch import Prefetcher, map_tensors, release_batch, tensors_in
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+Pair = collections.namedtuple("Pair", "a b")
+
+
+@dataclasses.dataclass
+class Holder:
+    x: torch.Tensor
+    tag: str
+
+
+def test_map_tensors_keeps_structure():
+    tree = {"w": [torch.ones(2), (torch.zeros(1), 3)], "p": Pair(torch.ones(1), "s"),
+            "h": Holder(torch.ones(3), "t")}
+    out = map_tensors(lambda t: t + 1, tree)
+    assert out["w"][0].tolist() == [2, 2] and out["w"][1][1] == 3
+    assert isinstance(out["p"], Pair) and out["p"].b == "s"
+    assert isinstance(out["h"], Holder) and out["h"].x.tolist() == [2, 2, 2]
+    assert len(tensors_in(tree)) == 4
+
+
+@pytest.mark.parametrize("depth", [0, 1, 3])
+def test_cpu_prefetcher_is_the_identity(depth):
+    items = [{"x": torch.full((2, 3), float(i)), "y": [torch.tensor(i)]} for i in range(5)]
+    out = list(Prefetcher(items, "cpu", prefetch=depth))
+    assert [o["x"][0, 0].item() for o in out] == list(range(5))
+    assert len(Prefetcher(items, "cpu")) == 5
+
+
+def test_normalize_matches_formula():
+    x = torch.randint(0, 256, (2, 3, 4, 5), dtype=torch.uint8)
+    out = Normalize((0.1, 0.2, 0.3), (0.5, 0.6, 0.7))(x)
+    mean = torch.tensor([0.1, 0.2, 0.3]).view(1, 3, 1, 1)
+    std = torch.tensor([0.5, 0.6, 0.7]).view(1, 3, 1, 1)
+    assert torch.allclose(out, (x / 255 - mean) / std, atol=1e-5)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    assert Normalize(channels_last=False)(x).is_contiguous()
+
+
+def test_prefetch_must_be_non_negative():
+    with pytest.raises(ValueError):
+        Prefetcher([], "cpu", prefetch=-1)
+
+
+# ---- CUDA ----------------------------------------------------------------------------------
+
+
+def numbered_batches(pool: BufferPool, n: int):
+    """Like the loader: batch k is written into a pooled pinned buffer, filled with k."""
+    for k in range(n):
+        buf = pool.lease()
+        buf.images.fill_(k % 251)
+        buf.labels.fill_(k)
+        buf.count = pool.batch_size
+        yield buf.views(), release_batch(pool, buf)
+
+
+def read_all(prefetcher, batches, consumer_sleep=0):
+    """Consume like a training step: optional long kernel first, then read the batch."""
+    results = []
+    for images, labels in prefetcher.run(batches):
+        if consumer_sleep:
+            torch.cuda._sleep(consumer_sleep)
+        results.append(torch.stack([images.float().mean(), labels.float().mean()]))
+    return torch.stack(results).cpu()
+
+
+def expected(n):
+    return torch.tensor([[k % 251, k] for k in range(n)], dtype=torch.float32)
+
+
+def slow_side_stream(item):
+    torch.cuda._sleep(20_000_000)  # runs on the side stream: the batch is ~10 ms late
+    return item[0].float(), item[1]
+
+
+@cuda
+@pytest.mark.parametrize("depth", [0, 1, 2, 4])
+def test_integrity_with_a_slow_consumer(depth):
+    pool = BufferPool(depth + 2, 64, (32, 32, 3), pin_device=torch.device("cuda"))
+    prefetcher = Prefetcher((), "cuda", prefetch=depth,
+                            item_transform=lambda item: (item[0].float(), item[1]))
+    got = read_all(prefetcher, numbered_batches(pool, 40), consumer_sleep=2_000_000)
+    assert torch.equal(got, expected(40))
+    assert pool.in_use() == 0
+    pool.close()
+
+
+@cuda
+def test_integrity_with_a_slow_side_stream():
+    pool = BufferPool(4, 64, (32, 32, 3), pin_device=torch.device("cuda"))
+    prefetcher = Prefetcher((), "cuda", prefetch=2, item_transform=slow_side_stream)
+    assert torch.equal(read_all(prefetcher, numbered_batches(pool, 12)), expected(12))
+    pool.close()
+
+
+@cuda
+def test_without_the_event_wait_the_integrity_test_fails(monkeypatch):
+    """Proves the test above can fail: remove the GPU-side wait and batches are read early."""
+    monkeypatch.setattr(torch.cuda.Stream, "wait_event", lambda self, event: None)
+    pool = BufferPool(4, 64, (32, 32, 3), pin_device=torch.device("cuda"))
+    prefetcher = Prefetcher((), "cuda", prefetch=2, item_transform=slow_side_stream)
+    got = read_all(prefetcher, numbered_batches(pool, 12))
+    torch.cuda.synchronize()
+    pool.close()
+    assert not torch.equal(got, expected(12)), "corruption was expected without the wait"
+
+
+@cuda
+def test_consumer_stream_is_never_changed():
+    model = torch.nn.Conv2d(3, 4, 3).cuda().to(memory_format=torch.channels_last)
+    pool = BufferPool(4, 8, (16, 16, 3), pin_device=torch.device("cuda"))
+    prefetcher = Prefetcher((), "cuda", prefetch=2, item_transform=slow_side_stream)
+    mine = torch.cuda.Stream()
+    outputs = []
+    with torch.cuda.stream(mine):
+        for images, labels in prefetcher.run(numbered_batches(pool, 6)):
+            assert torch.cuda.current_stream() == mine  # the model's kernels go to `mine`
+            outputs.append(model(images).float().mean())
+        assert torch.cuda.current_stream() == mine
+    assert torch.cuda.current_stream() == torch.cuda.default_stream()
+    mine.synchronize()
+    reference = [model(torch.full((8, 3, 16, 16), float(k), device="cuda")).float().mean()
+                 for k in range(6)]
+    assert torch.allclose(torch.stack(outputs), torch.stack(reference), rtol=1e-3, atol=1e-3)
+    pool.close()
+
+
+@cuda
+def test_wraps_a_dataloader_pinned_or_not():
+    from torch.utils.data import DataLoader, TensorDataset
+    data = TensorDataset(torch.arange(4000.0).view(500, 8), torch.arange(500))
+    for pin in (True, False):
+        loader = DataLoader(data, batch_size=64, pin_memory=pin)
+        prefetcher = Prefetcher(loader, "cuda", prefetch=2)
+        out = [(x, y) for x, y in prefetcher]
+        assert all(x.is_cuda and y.is_cuda for x, y in out)
+        assert torch.equal(torch.cat([x for x, _ in out]).cpu(), data.tensors[0])
+        assert torch.equal(torch.cat([y for _, y in out]).cpu(), data.tensors[1])
+        assert bool(prefetcher._staging._pools) == (not pin)  # pageable -> pinned staging
+        prefetcher.close()
+
+
+@cuda
+def test_offloaded_weights_arrive_ahead_of_use():
+    weights = [{"w": torch.randn(256, 256), "b": [torch.randn(256), "layer%d" % i]}
+               for i in range(6)]  # pageable, as offloaded weights usually are
+    x = torch.randn(8, 256, device="cuda")
+    for layer, weight in zip(weights, Prefetcher(weights, "cuda", prefetch=2)):
+        assert weight["b"][1] == layer["b"][1]
+        got = x @ weight["w"] + weight["b"][0]
+        ref = x @ layer["w"].cuda() + layer["b"][0].cuda()
+        assert torch.allclose(got, ref)
+
+
+def loader_on_cuda(path, **kw):
+    kw.setdefault("normalize", False)
+    return ImageLoader(path, batch_size=8, size=16, device="cuda", seed=3, **kw)
+
+
+@cuda
+@pytest.mark.parametrize("workers", [0, 2])
+def test_loader_on_cuda_matches_the_synchronous_baseline(tmp_path, workers):
+    path = write_archive(tmp_path / "a.tgz", labeled_files(5, 9))
+    results = {}
+    for depth in (0, 3):
+        with loader_on_cuda(path, workers=workers, prefetch=depth) as loader:
+            batches = []
+            for images, labels in loader:
+                torch.cuda._sleep(1_000_000)  # a slow consumer: buffers get reused under it
+                batches.append((images.clone(), labels.clone()))
+            results[depth] = batches
+            assert loader._pool.in_use() == 0
+    for (a, b), (c, d) in zip(results[0], results[3]):
+        assert torch.equal(a, c) and torch.equal(b, d)
+    images = torch.cat([x for x, _ in results[3]])
+    assert_labels_match_pixels(images, torch.cat([y for _, y in results[3]]))
+
+
+@cuda
+@pytest.mark.parametrize("workers", [0, 2])
+def test_memory_is_flat_over_20_epochs(tmp_path, workers):
+    path = write_archive(tmp_path / "a.tgz", labeled_files(4, 12))
+    with loader_on_cuda(path, workers=workers, normalize=Normalize()) as loader:
+        readings = []
+        for epoch in range(20):
+            for images, labels in loader:
+                images.sum()
+            torch.cuda.synchronize()
+            readings.append((torch.cuda.memory_reserved(), loader._pool.nbytes,
+                             _host_pinned_bytes()))
+        assert readings[4] == readings[-1], readings  # after warm-up, nothing grows
+
+
+def _host_pinned_bytes() -> int:
+    stats = getattr(torch.cuda, "host_memory_stats", None)
+    if stats is None:
+        return 0
+    return stats().get("allocated_bytes.all.current", stats().get("allocated_bytes", 0))
+
+
+@cuda
+def test_break_exception_and_second_iterator_return_buffers(tmp_path):
+    path = write_archive(tmp_path / "a.tgz", labeled_files(4, 12))
+    with loader_on_cuda(path, workers=2, prefetch=2) as loader:
+        for i, _ in enumerate(loader):
+            if i == 2:
+                break
+        with pytest.raises(KeyError):
+            for _ in loader:
+                raise KeyError("in the loop body")
+        first = iter(loader)
+        next(first)
+        second = iter(loader)
+        assert sum(len(y) for _, y in second) == 48
+        torch.cuda.synchronize()
+        assert loader._pool.in_use() == 0
+        assert loader._pool.free == len(loader._pool.buffers)
+
+
+@cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_second_gpu_creates_no_context_on_the_first(tmp_path):
+    path = write_archive(tmp_path / "a.tgz", labeled_files(2, 4))
+    code = f"""
+import os, torch, pynvml
+from imageloader import ImageLoader
+with ImageLoader({str(path)!r}, batch_size=4, size=16, device="cuda:1", workers=1) as loader:
+    for x, y in loader:
+        assert x.device == torch.device("cuda:1")
+pynvml.nvmlInit()
+pids = [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(
+    pynvml.nvmlDeviceGetHandleByIndex(0))]
+print("ON_GPU0" if os.getpid() in pids else "CLEAN")
+"""
+    pytest.importorskip("pynvml")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("CLEAN"), out.stdout

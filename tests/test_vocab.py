@@ -1,0 +1,73 @@
+"""The label vocabulary and its sidecar."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from conftest import labeled_files, solid, write_archive
+from imageloader.errors import UnknownLabelError
+from imageloader.vocab import Vocabulary, as_vocabulary, sidecar_path
+
+
+def test_sorted_and_independent_of_archive_order(tmp_path):
+    files = [("t/zebra/1.jpg", solid(1)), ("t/ant/2.jpg", solid(2)), ("t/moose/3.jpg", solid(3))]
+    a = Vocabulary.from_archives(write_archive(tmp_path / "a.tgz", files))
+    b = Vocabulary.from_archives(write_archive(tmp_path / "b.tgz", files[::-1]))
+    assert a.classes == b.classes == ("ant", "moose", "zebra")
+    assert a["ant"] == 0 and a["zebra"] == 2 and len(a) == 3
+
+
+def test_sidecar_is_written_reused_and_refreshed(tmp_path):
+    path = write_archive(tmp_path / "a.tgz", labeled_files(3, 2))
+    vocab = Vocabulary.from_archives(path)
+    side = sidecar_path(path)
+    data = json.load(open(side))
+    assert data["classes"] == {"c00": 2, "c01": 2, "c02": 2} and vocab.images == 6
+    # Reused: doctor the sidecar and see the doctored classes come back.
+    data["classes"]["c99"] = 1
+    json.dump(data, open(side, "w"))
+    assert "c99" in Vocabulary.from_archives(path)
+    # Stale once the archive changes: rescanned.
+    write_archive(tmp_path / "a.tgz", labeled_files(2, 2))
+    os.utime(path, ns=(1, 1))
+    assert Vocabulary.from_archives(path).classes == ("c00", "c01")
+
+
+def test_read_only_folder_still_works(tmp_path, monkeypatch):
+    import imageloader.vocab as vocab_module
+
+    def refuse(path, payload):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    path = write_archive(tmp_path / "a.tgz", labeled_files(2, 1))
+    monkeypatch.setattr(vocab_module, "_write_json", refuse)  # as in a read-only folder
+    assert Vocabulary.from_archives(path).classes == ("c00", "c01")
+    assert not os.path.exists(sidecar_path(path))
+
+
+def test_union_over_shards_and_explicit_forms(tmp_path):
+    a = write_archive(tmp_path / "a.tgz", [("t/x/1.jpg", solid(1))])
+    b = write_archive(tmp_path / "b.tgz", [("t/y/1.jpg", solid(1))])
+    vocab = Vocabulary.from_archives([a, b])
+    assert vocab.classes == ("x", "y")
+    vocab.save(tmp_path / "v.json")
+    assert as_vocabulary(str(tmp_path / "v.json")) == vocab
+    (tmp_path / "v.txt").write_text("y\nx\n")
+    assert as_vocabulary(str(tmp_path / "v.txt")) == vocab
+    assert as_vocabulary(["y", "x"]) == vocab
+    assert as_vocabulary({"x": 0, "y": 1}) == vocab
+    with pytest.raises(ValueError):
+        as_vocabulary({"x": 1, "y": 0})
+
+
+def test_unknown_label_message_names_class_member_and_archive():
+    error = UnknownLabelError("n999", "val.tgz", "val/n999/x.jpg")
+    assert "n999" in str(error) and "val/n999/x.jpg" in str(error) and "val.tgz" in str(error)
+
+
+def test_empty_archive_has_no_vocabulary(tmp_path):
+    path = write_archive(tmp_path / "a.tgz", [("readme.txt", b"hi")])
+    with pytest.raises(ValueError, match="no images"):
+        Vocabulary.from_archives(path)
