@@ -1,0 +1,389 @@
+"""Generate a benchmark .tgz of synthetic, photo-like JPEGs in the ImageNet layout.
+
+Nothing is downloaded and nothing needs committing: the images are drawn from a
+seeded generator, so the same ``--seed`` always gives the same archive bytes
+(whatever ``--jobs``).
+
+Each image is a smooth random colour field (low-res noise upsampled bicubically,
+like an out-of-focus background), a few ellipses/rectangles filled with linear
+gradients (objects with hard edges), and per-pixel gaussian noise (sensor
+grain). The grain is what makes the JPEGs as large as real photos: at 500x375
+and quality 90 the mean is ~59 KB (ImageNet train JPEGs average ~110 KB at
+their larger, varied sizes). Flat synthetic images would compress to a few KB
+and overstate decode throughput.
+
+Members are ``train/<wnid>/<wnid>_<i>.JPEG`` in a seeded shuffled order, with
+class folders named like ImageNet wnids. ``--shards N`` additionally writes the
+same images as N archives ``<stem>-shard-00000.tgz`` ... (contiguous runs of the
+shuffled order), for recipes that read one shard per worker or rank.
+
+Why the workers deflate: gzip of already-compressed JPEGs runs at only ~25-40
+MB/s on one core, so a parent that compressed the ~1 GB stream itself would be
+the bottleneck (~45 s for 16,000 images on 16 cores). Instead, like pigz, each
+worker turns its batch into tar member blocks and deflates them into a
+byte-aligned, non-final raw-deflate piece; the parent writes the gzip header,
+the pieces in order, a final piece with the tar end-of-archive blocks, and the
+CRC-32/length trailer. The result is one ordinary gzip member holding one
+ordinary tar stream; a piece never spans two shards, so the single archive and
+the shards reuse the same compressed bytes. (Hence the single archive's gzip
+bytes, though not the tar inside, also depend on ``--shards``.)
+
+    python scripts/make_imagenet_like.py                      # 16,000 images -> bench-data/imagenet-like.tgz
+    python scripts/make_imagenet_like.py --images 200 --classes 10 --out bench-data/small.tgz
+"""
+
+import argparse
+import contextlib
+import functools
+import io
+import multiprocessing
+import os
+import struct
+import tarfile
+import time
+import zlib
+from typing import NamedTuple
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+# A constant timestamp so the archive bytes do not depend on when they were built.
+FIXED_MTIME = 0
+# Images handed to a worker per task: large enough to amortise IPC and the
+# per-piece flush, small enough to keep every worker busy until the end.
+IMAGES_PER_TASK = 16
+NOISE_SIGMA_RANGE = (6.0, 11.0)
+# 4M float32 (16 MB per process): room for random offsets of a 500x375x3 image.
+NOISE_BANK_SIZE = 1 << 22
+TAR_BLOCK = tarfile.BLOCKSIZE  # 512
+TAR_RECORD = tarfile.RECORDSIZE  # 10240: tarfile pads the finished archive to this
+# gzip header: magic, deflate, no flags, mtime 0, no extra flags, OS "unknown" (as Python's gzip writes).
+GZIP_HEADER = b"\x1f\x8b\x08\x00" + struct.pack("<I", 0) + b"\x00\xff"
+ZEROS = bytes(1 << 20)
+
+
+def get_args_parser():
+    parser = argparse.ArgumentParser(
+        description="Generate a .tgz of synthetic photo-like JPEGs in the ImageNet train/<wnid>/ layout.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--out", default="bench-data/imagenet-like.tgz", help="output .tgz path")
+    parser.add_argument("--images", type=int, default=16000, help="number of images")
+    parser.add_argument("--classes", type=int, default=100, help="number of class folders (images are spread evenly)")
+    parser.add_argument("--width", type=int, default=500, help="image width in pixels")
+    parser.add_argument("--height", type=int, default=375, help="image height in pixels")
+    parser.add_argument("--quality", type=int, default=90, help="JPEG quality")
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=0,
+        help="0: only the single .tgz; N>0: also write the same images as N archives <stem>-shard-0000k.tgz",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the images and of the member order")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="worker processes; 1 runs in-process")
+    parser.add_argument("--compresslevel", type=int, default=6, help="deflate level, 0-9")
+    return parser
+
+
+def wnid(class_index):
+    """An ImageNet-style synset id; fixed per class index, whatever the seed."""
+    return f"n{10000000 + 7919 * class_index:08d}"
+
+
+def member_name(index, num_classes):
+    # Round-robin labels give every class the same count (+-1).
+    class_id = wnid(index % num_classes)
+    return f"train/{class_id}/{class_id}_{index}.JPEG"
+
+
+def random_colour(rng):
+    return rng.integers(0, 256, size=3).astype(np.float32)
+
+
+def smooth_colour_field(rng, width, height):
+    """Low-res random colours upsampled bicubically: a soft, blurry background."""
+    grid_w, grid_h = rng.integers(3, 12, size=2)
+    low_res = rng.integers(0, 256, size=(grid_h, grid_w, 3), dtype=np.uint8)
+    return Image.fromarray(low_res, "RGB").resize((width, height), Image.BICUBIC)
+
+
+def linear_gradient(rng, box_w, box_h):
+    """A box_h x box_w RGB gradient between two random colours along a random direction."""
+    angle = rng.uniform(0, 2 * np.pi)
+    # Broadcast a row and a column instead of building full coordinate grids.
+    along = np.arange(box_w, dtype=np.float32) * np.float32(np.cos(angle)) + np.arange(
+        box_h, dtype=np.float32
+    )[:, None] * np.float32(np.sin(angle))
+    low, high = along.min(), along.max()
+    t = (along - low) * np.float32(1.0 / max(float(high - low), 1.0))
+    start, end = random_colour(rng), random_colour(rng)
+    pixels = start + t[..., None] * (end - start)
+    return Image.fromarray(pixels.astype(np.uint8), "RGB")
+
+
+def paste_gradient_shape(rng, canvas):
+    """An ellipse or rectangle, filled with a gradient, at a random place (may overhang the edge)."""
+    width, height = canvas.size
+    box_w = int(rng.integers(width // 10, width * 3 // 5))
+    box_h = int(rng.integers(height // 10, height * 3 // 5))
+    left = int(rng.integers(-box_w // 3, width - box_w // 2))
+    top = int(rng.integers(-box_h // 3, height - box_h // 2))
+    mask = Image.new("L", (box_w, box_h), 0)
+    draw = ImageDraw.Draw(mask)
+    if rng.random() < 0.5:
+        draw.ellipse([0, 0, box_w - 1, box_h - 1], fill=255)
+    else:
+        draw.rectangle([0, 0, box_w - 1, box_h - 1], fill=255)
+    canvas.paste(linear_gradient(rng, box_w, box_h), (left, top), mask)
+
+
+@functools.lru_cache(maxsize=1)
+def noise_bank(seed):
+    """Standard-normal samples drawn once per process; every image adds a slice of them.
+
+    Drawing ~560k fresh gaussians per image took ~3/4 of the generation time. A
+    slice at a random offset is just as incompressible for the JPEG encoder, and
+    the bank depends on the seed alone, so results do not depend on the worker.
+    """
+    return np.random.default_rng([seed, 2**32 - 2]).standard_normal(NOISE_BANK_SIZE, dtype=np.float32)
+
+
+def add_sensor_noise(rng, image, seed):
+    sigma = np.float32(rng.uniform(*NOISE_SIGMA_RANGE))
+    pixels = np.asarray(image, dtype=np.float32)
+    bank = noise_bank(seed)
+    if pixels.size > bank.size:  # images larger than the bank get fresh samples
+        noise = rng.standard_normal(pixels.shape, dtype=np.float32)
+    else:
+        offset = int(rng.integers(0, bank.size - pixels.size + 1))
+        noise = bank[offset : offset + pixels.size].reshape(pixels.shape)
+    pixels += noise * sigma
+    np.clip(pixels, 0, 255, out=pixels)
+    return Image.fromarray(pixels.astype(np.uint8), "RGB")
+
+
+def synthesize_image(seed, index, width, height):
+    # One generator per (seed, image): the pixels do not depend on --jobs or on chunking.
+    rng = np.random.default_rng([seed, index])
+    canvas = smooth_colour_field(rng, width, height)
+    for _ in range(int(rng.integers(2, 7))):
+        paste_gradient_shape(rng, canvas)
+    return add_sensor_noise(rng, canvas, seed)
+
+
+def encode_jpeg(image, quality):
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=quality)
+    return buffer.getvalue()
+
+
+def reproducible_tarinfo(name, size):
+    """A TarInfo whose metadata is the same on every machine and every run."""
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = FIXED_MTIME
+    info.mode = 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def tar_member_block(name, data):
+    """The bytes tarfile would write for one regular-file member: header(s), data, NUL padding."""
+    header = reproducible_tarinfo(name, len(data)).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+    return header + data + bytes(-len(data) % TAR_BLOCK)
+
+
+def deflate_piece(data, level, final):
+    """Raw deflate of data, ending byte-aligned so pieces can simply be concatenated.
+
+    A fresh compressor per piece means no back-references across pieces; a sync
+    flush ends a non-final piece on a byte boundary, and only the archive's last
+    piece carries the final-block bit.
+    """
+    compressor = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return compressor.compress(data) + compressor.flush(zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH)
+
+
+class Piece(NamedTuple):
+    """A run of consecutive tar members, deflated; crc and length are of the uncompressed tar bytes."""
+
+    members: int
+    jpeg_bytes: int
+    deflated: bytes
+    crc: int
+    length: int
+
+
+def generate_piece(task):
+    """Worker entry point: (indices, settings) -> Piece of deflated tar member blocks."""
+    indices, settings = task
+    blocks, jpeg_bytes = [], 0
+    for index in indices:
+        image = synthesize_image(settings["seed"], index, settings["width"], settings["height"])
+        jpeg = encode_jpeg(image, settings["quality"])
+        blocks.append(tar_member_block(member_name(index, settings["classes"]), jpeg))
+        jpeg_bytes += len(jpeg)
+    tar_bytes = b"".join(blocks)
+    return Piece(
+        members=len(indices),
+        jpeg_bytes=jpeg_bytes,
+        deflated=deflate_piece(tar_bytes, settings["compresslevel"], final=False),
+        crc=zlib.crc32(tar_bytes),
+        length=len(tar_bytes),
+    )
+
+
+def crc32_of_zeros(length, crc):
+    """zlib.crc32(bytes(length), crc) without allocating length bytes."""
+    view = memoryview(ZEROS)
+    while length > 0:
+        step = min(length, len(ZEROS))
+        crc = zlib.crc32(view[:step], crc)
+        length -= step
+    return crc
+
+
+def crc32_combine(crc_a, crc_b, length_b):
+    """crc32(A + B) from crc32(A), crc32(B) and len(B) (Python's zlib does not expose this).
+
+    CRC-32 is affine over GF(2) in (initial value, message), so
+    crc32(B, crc_a) = crc32(zeros, crc_a) ^ crc32(B, 0) ^ crc32(zeros, 0) with len(zeros) == len(B).
+    """
+    return crc32_of_zeros(length_b, crc_a) ^ crc_b ^ crc32_of_zeros(length_b, 0)
+
+
+class ConcatenatedGzipWriter:
+    """Writes one gzip member whose deflate stream is assembled from pre-compressed pieces."""
+
+    def __init__(self, path, compresslevel):
+        self.path = path
+        self.compresslevel = compresslevel
+        self._file = open(path, "wb")
+        self._file.write(GZIP_HEADER)
+        self._crc = 0
+        self._length = 0
+
+    def add_piece(self, piece):
+        self._file.write(piece.deflated)
+        self._crc = crc32_combine(self._crc, piece.crc, piece.length)
+        self._length += piece.length
+
+    def close(self):
+        # Same end as tarfile: two zero blocks, then zeros up to a whole record.
+        end_of_archive = bytes(2 * TAR_BLOCK)
+        end_of_archive += bytes(-(self._length + len(end_of_archive)) % TAR_RECORD)
+        self._file.write(deflate_piece(end_of_archive, self.compresslevel, final=True))
+        self._crc = zlib.crc32(end_of_archive, self._crc)
+        self._length += len(end_of_archive)
+        self._file.write(struct.pack("<II", self._crc, self._length & 0xFFFFFFFF))
+        self._file.close()
+
+
+def shuffled_order(num_images, seed):
+    # A separate stream from the per-image ones (those are keyed [seed, index]).
+    return np.random.default_rng([seed, 2**32 - 1]).permutation(num_images).tolist()
+
+
+def contiguous_parts(items, num_parts):
+    """num_parts contiguous runs of near-equal size (differing by at most one) covering items once."""
+    return [items[len(items) * k // num_parts : len(items) * (k + 1) // num_parts] for k in range(num_parts)]
+
+
+def batches_of(items, size):
+    return [items[start : start + size] for start in range(0, len(items), size)]
+
+
+def build_tasks(order, num_shards, settings):
+    """(shard index, task) pairs; batches are cut per shard so no piece spans two shards."""
+    return [
+        (shard_index, (batch, settings))
+        for shard_index, shard_members in enumerate(contiguous_parts(order, max(num_shards, 1)))
+        for batch in batches_of(shard_members, IMAGES_PER_TASK)
+    ]
+
+
+def shard_path(out, shard_index):
+    stem = out[: -len(".tgz")] if out.endswith(".tgz") else out
+    return f"{stem}-shard-{shard_index:05d}.tgz"
+
+
+def start_generating(stack, tasks, jobs):
+    """The workers' results in task order; a process pool when jobs > 1."""
+    if jobs <= 1:
+        return map(generate_piece, tasks)
+    pool = stack.enter_context(multiprocessing.Pool(jobs))
+    return pool.imap(generate_piece, tasks)
+
+
+def write_archives(pieces, shard_of_piece, args):
+    """Append each piece to the single archive and to its shard; returns the total JPEG bytes."""
+    main_archive = ConcatenatedGzipWriter(args.out, args.compresslevel)
+    shard, jpeg_bytes, done = None, 0, 0
+    start, report_every = time.perf_counter(), max(1, args.images // 10)
+    for shard_index, piece in zip(shard_of_piece, pieces):
+        main_archive.add_piece(piece)
+        if args.shards > 0:
+            if shard is None or shard.path != shard_path(args.out, shard_index):
+                if shard is not None:
+                    shard.close()
+                shard = ConcatenatedGzipWriter(shard_path(args.out, shard_index), args.compresslevel)
+            shard.add_piece(piece)
+        jpeg_bytes += piece.jpeg_bytes
+        previous, done = done, done + piece.members
+        if done // report_every != previous // report_every:
+            print(f"  {done}/{args.images} images, {done / (time.perf_counter() - start):.0f} images/s", flush=True)
+    main_archive.close()
+    if shard is not None:
+        shard.close()
+    return jpeg_bytes
+
+
+def validate(args):
+    if args.images < 1 or args.classes < 1:
+        raise ValueError("--images and --classes must be >= 1")
+    if not 0 <= args.shards <= args.images:
+        raise ValueError(f"--shards must be in 0..--images, got {args.shards}")
+
+
+def main(args):
+    validate(args)
+    out_dir = os.path.dirname(args.out)
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+    settings = {
+        "seed": args.seed,
+        "classes": args.classes,
+        "width": args.width,
+        "height": args.height,
+        "quality": args.quality,
+        "compresslevel": args.compresslevel,
+    }
+    shard_of_piece, tasks = zip(*build_tasks(shuffled_order(args.images, args.seed), args.shards, settings))
+
+    start = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        total_jpeg_bytes = write_archives(start_generating(stack, tasks, args.jobs), shard_of_piece, args)
+    seconds = time.perf_counter() - start
+
+    paths = [args.out] + [shard_path(args.out, k) for k in range(args.shards)]
+    stats = {
+        "images": args.images,
+        "seconds": seconds,
+        "images_per_s": args.images / seconds,
+        "mean_jpeg_bytes": total_jpeg_bytes / args.images,
+        "archive_bytes": os.path.getsize(args.out),
+        "paths": paths,
+    }
+    print(
+        f"{args.out}: {args.images} images in {seconds:.1f} s ({stats['images_per_s']:.0f} images/s, jobs={args.jobs}), "
+        f"mean JPEG {stats['mean_jpeg_bytes'] / 1000:.1f} KB, archive {stats['archive_bytes'] / 1e6:.1f} MB"
+    )
+    if args.shards > 0:
+        shard_bytes = sum(os.path.getsize(p) for p in paths[1:])
+        print(f"  + {args.shards} shards {paths[1]} ... ({shard_bytes / 1e6:.1f} MB together)")
+    return stats
+
+
+if __name__ == "__main__":
+    main(get_args_parser().parse_args())
