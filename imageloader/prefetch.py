@@ -173,6 +173,10 @@ class Prefetcher:
         self.source, self.device, self.prefetch = source, resolve_device(device), prefetch
         self.item_transform = item_transform
         self._side: torch.cuda.Stream | None = None
+        # Benchmarks set record_waits: then each hand-over records (before, after) events on
+        # the consumer stream around its wait, i.e. the copy time the consumer was exposed to.
+        self.record_waits = False
+        self.wait_events: list[tuple[Any, Any]] = []
         self._staging = _Staging(self.device, staging_slots or prefetch + 2) \
             if self.device.type == "cuda" else None
 
@@ -207,8 +211,11 @@ class Prefetcher:
         # The baseline: blocking copies on the consumer's stream, nothing overlaps.
         for item, release in pairs:
             with torch.cuda.device(self.device):
+                before = self._mark(torch.cuda.current_stream(self.device))
                 moved = map_tensors(lambda t: t.to(self.device, non_blocking=False), item)
                 out = self._transform(moved)
+                if before is not None:
+                    self.wait_events.append((before, self._mark(torch.cuda.current_stream())))
             if release is not None:
                 release(None)  # the blocking copy has completed: the host buffer is free
             yield out
@@ -254,11 +261,21 @@ class Prefetcher:
 
     def _hand_over(self, job: _InFlight) -> Any:
         consumer = torch.cuda.current_stream(self.device)
+        before = self._mark(consumer)
         consumer.wait_event(job.ready)  # GPU-side wait: the host does not block here
+        if before is not None:
+            self.wait_events.append((before, self._mark(consumer)))
         for tensor in tensors_in(job.tree):
             if tensor.device == self.device:
                 tensor.record_stream(consumer)  # see the module docstring
         return job.tree
+
+    def _mark(self, stream) -> Any:
+        if not self.record_waits:
+            return None
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(stream)
+        return event
 
     def _transform(self, item: Any) -> Any:
         return self.item_transform(item) if self.item_transform is not None else item

@@ -1,0 +1,420 @@
+"""Benchmark: our loader against the data-on-GPU ceiling and peer recipes, in ONE run.
+
+    python scripts/bench.py --out bench-out/results.json --plot bench-out/bench.png
+
+Builds (or takes) an ImageNet-like archive of photo-like JPEGs (scripts/make_imagenet_like.py),
+then measures, each after warm-up and with torch.cuda.synchronize() around the timed region:
+- ceiling: the training step with a uint8 batch already on the GPU (normalized each step);
+- ours: ImageLoader on the ONE .tgz, training, for each --prefetch value; data-wait and the
+  exposed copy time per batch (CUDA events from the consumer's wait to the batch being usable);
+- loader alone (no training), and the single-process decode rate (for workers x rate);
+- peers on the same images: torch DataLoader over the archive split into shards with N workers
+  and pin_memory (a hand-made shard recipe), WebDataset and timm's PrefetchLoader if installed.
+Results go to a JSON file with device, cores and versions, and optionally a PNG chart.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import io
+import json
+import os
+import platform
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from imageloader import ImageLoader, Normalize  # noqa: E402
+from imageloader.decode import Augment, Decoder  # noqa: E402
+from imageloader.loader import default_workers  # noqa: E402
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--archive", default="bench-data/imagenet-like.tgz",
+                   help="one .tgz; built with make_imagenet_like.py if missing")
+    p.add_argument("--images", type=int, default=16000, help="images when building")
+    p.add_argument("--classes", type=int, default=100, help="classes when building")
+    p.add_argument("--shards", type=int, default=16, help="shards for the peer recipes")
+    p.add_argument("--models", default="resnet50", help="comma-separated torchvision models")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--steps", type=int, default=60, help="timed steps per recipe")
+    p.add_argument("--warmup", type=int, default=15, help="untimed steps first")
+    p.add_argument("--max-seconds", type=float, default=45.0, help="cap on a timed region")
+    p.add_argument("--workers", type=int, default=None, help="decode workers (default: cores-1)")
+    p.add_argument("--prefetch", default="2", help="comma-separated prefetch depths for ours")
+    p.add_argument("--recipes", default="ceiling,ours,loader,decode,peer-shards,wds-shards,"
+                   "wds-one,timm-shards", help="which recipes to run")
+    p.add_argument("--decode-images", type=int, default=400, help="images for the decode rate")
+    p.add_argument("--out", default="bench-out/results.json")
+    p.add_argument("--plot", default=None, help="PNG chart path (needs matplotlib)")
+    p.add_argument("--trace", default=None, help="write a profiler trace of ours here")
+    return p
+
+
+# ---- data ----------------------------------------------------------------------------------
+
+
+def ensure_archive(args) -> tuple[str, list[str]]:
+    archive = Path(args.archive)
+    shards = sorted(archive.parent.glob(archive.stem + "-shard-*.tgz"))
+    if not archive.exists() or (args.shards and len(shards) != args.shards):
+        spec = importlib.util.spec_from_file_location("mk", REPO / "scripts/make_imagenet_like.py")
+        mk = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mk)
+        mk_args = mk.get_args_parser().parse_args(
+            ["--out", str(archive), "--images", str(args.images), "--classes",
+             str(args.classes), "--shards", str(args.shards)])
+        t0 = time.perf_counter()
+        mk.main(mk_args)
+        print(f"built {archive} in {time.perf_counter() - t0:.1f} s", flush=True)
+        shards = sorted(archive.parent.glob(archive.stem + "-shard-*.tgz"))
+    return str(archive), [str(s) for s in shards]
+
+
+# ---- training step -------------------------------------------------------------------------
+
+
+class Trainer:
+    """One model, bf16 autocast, channels_last, SGD: the step every recipe feeds."""
+
+    def __init__(self, arch: str, classes: int):
+        import torchvision
+        self.model = torchvision.models.get_model(arch, num_classes=classes).cuda()
+        self.model = self.model.to(memory_format=torch.channels_last)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9,
+                                   weight_decay=1e-4)
+        torch.backends.cudnn.benchmark = True
+
+    def step(self, images, labels) -> None:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(self.model(images), labels)
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+
+def timed_training(trainer, batches, args, label: str) -> dict:
+    """img/s over `steps` after `warmup`, and host time spent waiting for batches."""
+    it = iter(batches)
+    wait = 0.0
+    images_seen = 0
+    t_start = None
+    for i in range(args.warmup + args.steps):
+        t0 = time.perf_counter()
+        images, labels = next(it)
+        if t_start is not None:
+            wait += time.perf_counter() - t0
+            images_seen += len(labels)
+        trainer.step(images, labels)
+        if i == args.warmup - 1:
+            torch.cuda.synchronize()  # the timed region starts with an idle GPU
+            t_start = time.perf_counter()
+        if t_start is not None and time.perf_counter() - t_start > args.max_seconds:
+            break
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t_start
+    result = {"recipe": label, "img_per_s": images_seen / seconds, "seconds": seconds,
+              "images": images_seen, "data_wait_pct": 100 * wait / seconds}
+    print(f"{label:32s} {result['img_per_s']:9.0f} img/s  data-wait "
+          f"{result['data_wait_pct']:5.1f}%", flush=True)
+    return result
+
+
+def forever(loader):
+    while True:
+        yield from loader
+
+
+def ceiling_batches(args, classes: int):
+    normalize = Normalize()
+    images = torch.randint(0, 256, (args.batch_size, 3, 224, 224), dtype=torch.uint8,
+                           device="cuda").contiguous(memory_format=torch.channels_last)
+    labels = torch.randint(0, classes, (args.batch_size,), device="cuda")
+    while True:
+        yield normalize(images), labels
+
+
+# ---- our loader ----------------------------------------------------------------------------
+
+
+def our_loader(archive, args, prefetch: int, **kw) -> ImageLoader:
+    return ImageLoader(archive, batch_size=args.batch_size, train=True, size=224,
+                       device="cuda", workers=args.workers, prefetch=prefetch, drop_last=True,
+                       **kw)
+
+
+def exposed_copy_ms(loader) -> float | None:
+    """Median ms the consumer stream waited for a batch (events around its wait)."""
+    pairs = loader.prefetcher.wait_events
+    if not pairs:
+        return None
+    torch.cuda.synchronize()
+    times = sorted(a.elapsed_time(b) for a, b in pairs)
+    return times[len(times) // 2]
+
+
+def run_ours(trainer, archive, args, prefetch: int, model: str) -> dict:
+    with our_loader(archive, args, prefetch) as loader:
+        loader.prefetcher.record_waits = True
+        result = timed_training(trainer, forever(loader), args, f"ours {model} prefetch={prefetch}")
+        result["exposed_copy_ms_median"] = exposed_copy_ms(loader)
+        result["workers"] = loader.workers
+        result["inflate"] = loader.stats.inflate
+    return result
+
+
+def run_loader_alone(archive, args) -> dict:
+    with our_loader(archive, args, prefetch=2) as loader:
+        t_first = time.perf_counter()
+        it = forever(loader)
+        next(it)
+        first_batch_s = time.perf_counter() - t_first
+        for _ in range(args.warmup):
+            next(it)
+        torch.cuda.synchronize()
+        t0, n = time.perf_counter(), 0
+        while time.perf_counter() - t0 < min(args.max_seconds, 20):
+            images, labels = next(it)
+            n += len(labels)
+        torch.cuda.synchronize()
+        rate = n / (time.perf_counter() - t0)
+        workers = loader.workers
+    print(f"{'ours loader alone':32s} {rate:9.0f} img/s  first batch {first_batch_s:.2f} s",
+          flush=True)
+    return {"recipe": "ours loader alone", "img_per_s": rate, "workers": workers,
+            "first_batch_s": first_batch_s}
+
+
+def run_decode_rate(archive, args) -> dict:
+    """Single-process PIL decode + RandomResizedCrop + flip rate on in-memory JPEGs."""
+    from imageloader.read import iter_members
+    from collections import Counter
+    import numpy as np
+    data = []
+    for member in iter_members(archive, skipped=Counter()):
+        data.append(member.data)
+        if len(data) == args.decode_images:
+            break
+    decoder = Decoder(Augment.make(224, True))
+    out = np.empty(decoder.out_shape, np.uint8)
+    t0 = time.perf_counter()
+    for i, blob in enumerate(data):
+        decoder(blob, out, i)
+    rate = len(data) / (time.perf_counter() - t0)
+    print(f"{'decode, one process':32s} {rate:9.0f} img/s", flush=True)
+    return {"recipe": "decode one process", "img_per_s": rate}
+
+
+# ---- peers ---------------------------------------------------------------------------------
+
+
+class ShardDataset(torch.utils.data.IterableDataset):
+    """The hand-made recipe: each DataLoader worker streams its own shards with tarfile + PIL."""
+
+    def __init__(self, shards, classes):
+        self.shards, self.classes = shards, {c: i for i, c in enumerate(classes)}
+
+    def __iter__(self):
+        from PIL import Image
+        from torchvision.transforms import v2
+        info = torch.utils.data.get_worker_info()
+        mine = self.shards[info.id::info.num_workers] if info else self.shards
+        crop = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()])
+        while True:
+            for shard in mine:
+                with tarfile.open(shard, "r|gz") as tar:
+                    for m in tar:
+                        if not m.isfile():
+                            continue
+                        img = Image.open(io.BytesIO(tar.extractfile(m).read()))
+                        img.draft("RGB", (320, 320))
+                        img = crop(img.convert("RGB"))
+                        pixels = torch.from_numpy(__import__("numpy").asarray(img).copy())
+                        yield pixels.permute(2, 0, 1), self.classes[m.name.split("/")[-2]]
+
+
+def peer_loader(shards, classes, args):
+    dataset = ShardDataset(shards, classes)
+    workers = args.workers or default_workers()
+    return torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, num_workers=workers,
+                                       pin_memory=True, persistent_workers=True, prefetch_factor=4)
+
+
+def on_gpu(batches):
+    normalize = Normalize()
+    for images, labels in batches:
+        yield normalize(images.cuda(non_blocking=True)), labels.cuda(non_blocking=True)
+
+
+def wds_loader(urls, classes, args, workers):
+    import webdataset as wds
+    from torchvision.transforms import v2
+    index = {c: i for i, c in enumerate(classes)}
+    crop = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(),
+                       v2.PILToTensor()])
+
+    def label_of(sample):
+        return index[sample["__key__"].split("/")[-2]]
+
+    def image_of(sample):
+        from PIL import Image
+        ext = next(k for k in sample if k.lower() in ("jpeg", "jpg"))
+        img = Image.open(io.BytesIO(sample[ext]))
+        img.draft("RGB", (320, 320))
+        return crop(img.convert("RGB"))
+
+    dataset = (wds.WebDataset(urls, shardshuffle=False, nodesplitter=None, empty_check=False)
+               .map(lambda s: (image_of(s), label_of(s))).batched(args.batch_size).repeat())
+    return wds.WebLoader(dataset, batch_size=None, num_workers=workers, pin_memory=True,
+                         persistent_workers=workers > 0)
+
+
+def wds_tensors(batches):
+    for images, labels in batches:
+        yield (torch.stack(images) if isinstance(images, list) else images,
+               torch.as_tensor(labels))
+
+
+def run_peer(trainer, name, batches, args) -> dict:
+    try:
+        return timed_training(trainer, batches, args, name)
+    except Exception as error:  # a peer that cannot run is reported, not fatal
+        print(f"{name}: skipped ({type(error).__name__}: {error})", flush=True)
+        return {"recipe": name, "error": f"{type(error).__name__}: {error}"}
+
+
+# ---- reporting -----------------------------------------------------------------------------
+
+
+def environment() -> dict:
+    props = torch.cuda.get_device_properties(0)
+    return {"device": props.name, "gpu_memory_gib": round(props.total_memory / 2**30, 1),
+            "cores": os.cpu_count(), "torch": torch.__version__,
+            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M")}
+
+
+def save(results: dict, path: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(results, f, indent=1)
+
+
+def plot(results: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    for model, rows in results["models"].items():
+        runs = [r for r in rows if "img_per_s" in r and r["recipe"] != "ceiling"]
+        ceiling = next((r["img_per_s"] for r in rows if r["recipe"] == "ceiling"), None)
+        fig, ax = plt.subplots(figsize=(9, 0.45 * len(runs) + 1.6))
+        names = [r["recipe"] for r in runs]
+        values = [r["img_per_s"] for r in runs]
+        colors = ["tab:blue" if n.startswith("ours") else "tab:gray" for n in names]
+        ax.barh(names, values, color=colors)
+        if ceiling:
+            ax.axvline(ceiling, color="tab:red", linestyle="--",
+                       label=f"data on GPU: {ceiling:,.0f} img/s")
+            ax.legend(loc="lower right")
+        for y, v in enumerate(values):
+            pct = f" ({100 * v / ceiling:.0f}%)" if ceiling else ""
+            ax.text(v, y, f" {v:,.0f}{pct}", va="center", fontsize=8)
+        env = results["environment"]
+        ax.set_xlabel("images / s")
+        ax.set_title(f"{model} training from one .tgz — {env['device']}, {env['cores']} cores, "
+                     f"torch {env['torch']}, {env['date']}", fontsize=9)
+        ax.invert_yaxis()
+        fig.tight_layout()
+        target = path if len(results["models"]) == 1 else path.replace(".png", f"-{model}.png")
+        fig.savefig(target, dpi=110)
+        plt.close(fig)
+
+
+def main(args) -> dict:
+    if not torch.cuda.is_available():
+        print("bench.py needs a CUDA device")
+        return {}
+    archive, shards = ensure_archive(args)
+    recipes = set(args.recipes.split(","))
+    results = {"environment": environment(), "args": vars(args), "models": {}, "loader": []}
+    classes = ImageLoader(archive, workers=0, device="cpu").vocab.classes
+    if "decode" in recipes:
+        results["loader"].append(run_decode_rate(archive, args))
+    if "loader" in recipes:
+        results["loader"].append(run_loader_alone(archive, args))
+    save(results, args.out)
+    for model in args.models.split(","):
+        rows = results["models"][model] = []
+        trainer = Trainer(model, len(classes))
+        if "ceiling" in recipes:
+            rows.append(timed_training(trainer, ceiling_batches(args, len(classes)), args,
+                                       "ceiling"))
+            rows[-1]["recipe"] = "ceiling"
+        if "ours" in recipes:
+            for depth in map(int, args.prefetch.split(",")):
+                rows.append(run_ours(trainer, archive, args, depth, model))
+                save(results, args.out)
+        if shards and "peer-shards" in recipes:
+            loader = peer_loader(shards, classes, args)
+            rows.append(run_peer(trainer, f"DataLoader {len(shards)} shards", on_gpu(loader),
+                                 args))
+            del loader
+        if shards and "timm-shards" in recipes and importlib.util.find_spec("timm"):
+            rows.append(run_peer(trainer, f"timm PrefetchLoader {len(shards)} shards",
+                                 timm_batches(shards, classes, args), args))
+        if "wds-shards" in recipes and importlib.util.find_spec("webdataset") and shards:
+            loader = wds_loader(shards, classes, args, args.workers or default_workers())
+            rows.append(run_peer(trainer, f"WebDataset {len(shards)} shards",
+                                 on_gpu(wds_tensors(loader)), args))
+            del loader
+        if "wds-one" in recipes and importlib.util.find_spec("webdataset"):
+            loader = wds_loader([archive], classes, args, 1)
+            rows.append(run_peer(trainer, "WebDataset one .tgz", on_gpu(wds_tensors(loader)),
+                                 args))
+            del loader
+        for row in rows:
+            if rows[0]["recipe"] == "ceiling" and "img_per_s" in row:
+                row["pct_of_ceiling"] = 100 * row["img_per_s"] / rows[0]["img_per_s"]
+        save(results, args.out)
+    if args.plot:
+        plot(results, args.plot)
+    print_table(results)
+    return results
+
+
+def timm_batches(shards, classes, args):
+    from timm.data.loader import PrefetchLoader
+    loader = PrefetchLoader(peer_loader(shards, classes, args), mean=(0.485, 0.456, 0.406),
+                            std=(0.229, 0.224, 0.225), channels=3, device=torch.device("cuda"))
+    for images, labels in loader:
+        yield images.contiguous(memory_format=torch.channels_last), labels
+
+
+def print_table(results: dict) -> None:
+    env = results["environment"]
+    print(f"\n{env['device']}, {env['cores']} cores, torch {env['torch']}, {env['date']}")
+    for row in results["loader"]:
+        print(f"  {row['recipe']:40s} {row.get('img_per_s', 0):9.0f} img/s")
+    for model, rows in results["models"].items():
+        print(f"  {model}:")
+        for row in rows:
+            if "error" in row:
+                print(f"    {row['recipe']:38s} error: {row['error'][:60]}")
+                continue
+            pct = f"{row.get('pct_of_ceiling', 100):5.1f}%"
+            copy = row.get("exposed_copy_ms_median")
+            copy = f"  exposed copy {copy:.3f} ms" if copy is not None else ""
+            print(f"    {row['recipe']:38s} {row['img_per_s']:9.0f} img/s {pct}  "
+                  f"wait {row.get('data_wait_pct', 0):5.1f}%{copy}")
+
+
+if __name__ == "__main__":
+    main(get_args_parser().parse_args())
