@@ -47,6 +47,7 @@ class Options:
     inflate_threads: int | None = None  # rapidgzip threads (None: min(8, cores))
     readers: int | None = None          # reader processes for a list of archives
     timeout: float = 300.0              # seconds without any batch before erroring out
+    lookahead: bool = True              # start reading epoch e+1 as soon as e is fully read
     formats: tuple[str, ...] = ALLOWED_FORMATS
     rank: int | None = None             # None: from torch.distributed if initialized
     world_size: int | None = None
@@ -200,9 +201,8 @@ class ImageLoader:
 
     def _produce(self, epoch: int) -> Iterator[HostBatch]:
         """Filled host buffers in order, from worker processes or from this process."""
-        order = self._archive_order(epoch)
-        source = self._workers.batches(epoch, order) if self._workers is not None \
-            else self._produce_here(epoch, order)
+        source = self._workers.batches(epoch) if self._workers is not None \
+            else self._produce_here(epoch, self._archive_order(epoch))
         try:
             for buf in source:
                 if buf.count < self.batch_size and self.drop_last:
@@ -268,8 +268,10 @@ class ImageLoader:
             readers = self.options.readers or min(len(self.sources), max(1, self.workers // 4))
             self._workers = WorkerPool(self._plan(), self.decoder, self._pool,
                                        workers=self.workers, readers=readers,
+                                       order_of=self._archive_order,
                                        on_error=self.options.on_error,
-                                       timeout=self.options.timeout, stream_sources=streams)
+                                       timeout=self.options.timeout, stream_sources=streams,
+                                       lookahead=self.options.lookahead)
         self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._pool,
                                            self.prefetcher)
 

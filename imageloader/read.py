@@ -13,6 +13,7 @@ import gzip
 import hashlib
 import io
 import os
+import re
 import tarfile
 from collections import Counter
 from typing import BinaryIO, Iterable, Iterator, NamedTuple, Union
@@ -26,6 +27,8 @@ IMAGE_EXTENSIONS = frozenset({
 ARCHIVE_SUFFIXES = (".tgz", ".tar.gz", ".tar")
 _GZIP_MAGIC = b"\x1f\x8b"
 _DRAIN_CHUNK = 1 << 20
+# Control characters, and the surrogates that stand for bytes that are not UTF-8.
+_BAD_CHARACTERS = re.compile("[\x00-\x1f\x7f\udc80-\udcff]")
 
 
 class Member(NamedTuple):
@@ -219,7 +222,7 @@ def _validated_name(name: str, limits: Limits) -> tuple[str, str | None]:
     # A label may only come from a path we fully trust: these checks run before any use.
     if len(name) > limits.max_path_length:
         return name[:80] + "...", "bad_name"
-    if any(ord(c) < 32 or ord(c) == 127 or 0xDC80 <= ord(c) <= 0xDCFF for c in name):
+    if _BAD_CHARACTERS.search(name):
         return name.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace"), \
             "bad_name"
     if "\\" in name or name.startswith("/"):

@@ -15,8 +15,11 @@ fails to decode is replaced by the next sample of the SAME worker's stream, so o
 later batches shift, deterministically. Each worker's last batch may be short; the parent merges
 the short ones at the end of the epoch.
 
-Every message carries a generation number. Starting a new epoch (or abandoning one with `break`)
-bumps it; old messages are recognized and dropped, and their buffers go back to the pool.
+Every message carries a generation number (one per epoch). Generations below the shared
+`generation` value are dead: abandoning an epoch (`break`, a new iterator) raises that value, and
+old messages are recognized and dropped, their buffers going back to the pool. As soon as the
+reader has dealt an epoch, the next epoch's reading starts (lookahead), so workers never sit idle
+at an epoch boundary; its batches wait in the pool until the next iteration adopts them.
 
 This module imports neither torch nor PIL at the top: child processes start in a fraction of a
 second because they import only numpy, Pillow and the read/decode/batch stages.
@@ -133,7 +136,7 @@ class _Channels:
     orders: list          # per worker: parent -> worker, (gen, k, slot) fill orders
     results: Any          # children -> parent
     control: list        # per reader: parent -> reader, epochs to read
-    generation: Any       # shared int: the epoch currently wanted
+    generation: Any       # shared int: generations below it are abandoned
     members: list         # per worker: bytes naming the member being decoded
 
 
@@ -191,9 +194,9 @@ def _read_epoch(reader_id, plan, channels, worker_ids, gen, epoch, order) -> Non
 
 
 def _put(q, item, current, gen) -> bool:
-    """Put with back-pressure, giving up if the parent moved on to another generation."""
+    """Put with back-pressure, giving up if the parent abandoned this generation."""
     while True:
-        if current.value != gen:
+        if gen < current.value:
             return False
         try:
             q.put(item, timeout=0.5)
@@ -235,7 +238,7 @@ def worker_main(worker_id: int, decoder, on_error: str, layout, shm_names: list[
 def _fill_order(worker_id, decoder, on_error, buffer, stream, channels, note, gen, k, slot):
     skipped: Counter = Counter()
     images, labels = buffer
-    if channels.generation.value != gen or stream.finished(gen):
+    if gen < channels.generation.value or stream.finished(gen):
         channels.results.put(("done", gen, worker_id, k, slot, 0, True, {}))
         return
     tasks = stream.tasks(gen, note)
@@ -253,10 +256,17 @@ class _TaskStream:
     def __init__(self, worker_id: int, channels: _Channels):
         self.q, self.generation = channels.tasks[worker_id], channels.generation
         self.gen, self.pending, self.ended = -1, [], True
+        self.early: tuple[int, list] | None = None  # a chunk of a later generation, kept
 
     def _switch(self, gen: int) -> None:
         if gen != self.gen:
             self.gen, self.pending, self.ended = gen, [], False
+            if self.early is not None and self.early[0] == gen:
+                chunk = self.early[1]
+                self.ended = chunk is None
+                self.pending = [] if chunk is None else list(reversed(chunk))
+            if self.early is not None and self.early[0] <= gen:
+                self.early = None
 
     def finished(self, gen: int) -> bool:
         self._switch(gen)
@@ -269,7 +279,7 @@ class _TaskStream:
     def _next_chunk(self, gen: int) -> bool:
         """Load the next chunk of `gen` into pending; False at its end (or if abandoned)."""
         while True:
-            if self.generation.value != gen:
+            if gen < self.generation.value:
                 self.ended = True
                 return False
             try:
@@ -278,8 +288,10 @@ class _TaskStream:
                 continue
             if chunk_gen < gen:
                 continue  # left over from an abandoned epoch
-            if chunk_gen > gen:  # cannot happen: the parent starts a new gen only after ours
-                raise RuntimeError(f"task chunk of generation {chunk_gen} while in {gen}")
+            if chunk_gen > gen:  # ours was abandoned before its end marker reached us
+                self.early = (chunk_gen, chunk)
+                self.ended = True
+                return False
             if chunk is None:
                 self.ended = True
                 return False
@@ -348,6 +360,8 @@ def _report_error(results, gen, who: str, error: BaseException, member: str | No
 @dataclass
 class _Epoch:
     gen: int
+    epoch: int
+    order: tuple
     next_k: int = 0                     # next batch number to hand out
     assigned: int = 0                   # next batch number to give a buffer to
     ready: dict = field(default_factory=dict)       # k -> buffer, filled and complete
@@ -357,20 +371,27 @@ class _Epoch:
     readers_done: int = 0
     skipped: Counter = field(default_factory=Counter)
     bytes: int = 0
+    error: BaseException | None = None  # raised when this epoch is iterated
 
 
 class WorkerPool:
-    """Owns the reader and decode processes and hands out filled batch buffers in order."""
+    """Owns the reader and decode processes and hands out filled batch buffers in order.
+
+    `order_of(epoch)` gives an epoch's archive order (indices into the plan's archives); reader
+    r reads order[r::readers]. With `lookahead`, epoch e+1 starts as soon as e is fully read.
+    """
 
     def __init__(self, plan: ReadPlan, decoder, pool, *, workers: int, readers: int,
-                 on_error: str = "skip", timeout: float = 300.0, stream_sources: bool = False):
-        self.plan, self.decoder, self.pool = plan, decoder, pool
+                 order_of, on_error: str = "skip", timeout: float = 300.0,
+                 stream_sources: bool = False, lookahead: bool = True):
+        self.plan, self.decoder, self.pool, self.order_of = plan, decoder, pool, order_of
         self.workers, self.readers = workers, max(1, min(readers, workers))
-        self.on_error, self.timeout = on_error, timeout
+        self.on_error, self.timeout, self.lookahead = on_error, timeout, lookahead
         self.stream_sources = stream_sources
         self._ctx = mp.get_context("spawn")
         self._gen = 0
-        self._epoch: _Epoch | None = None
+        self._epoch: _Epoch | None = None       # the epoch being iterated
+        self._next: _Epoch | None = None        # the epoch started ahead
         self._finished: _Epoch | None = None
         self._procs: list = []
         self._threads: list[threading.Thread] = []
@@ -387,7 +408,7 @@ class WorkerPool:
             orders=[ctx.Queue() for _ in range(n)],
             results=ctx.Queue(),
             control=[ctx.Queue() for _ in range(self.readers)],
-            generation=ctx.Value("q", 0, lock=False),
+            generation=ctx.Value("q", 1, lock=False),
             members=[ctx.Array("c", _MEMBER_FIELD, lock=False) for _ in range(n)],
         )
         parent = os.getpid()
@@ -421,7 +442,7 @@ class WorkerPool:
         if self.closed:
             return
         self.closed = True
-        self.channels.generation.value = -1  # abandons whatever is being read or decoded
+        self.channels.generation.value = 1 << 62  # abandons whatever is being read or decoded
         for q in self.channels.orders + self.channels.control:
             with contextlib.suppress(Exception):
                 q.put(None)
@@ -444,29 +465,35 @@ class WorkerPool:
 
     # ---- epochs ----------------------------------------------------------------------------
 
-    def batches(self, epoch: int, order: tuple[int, ...]) -> Iterator[Any]:
-        """Yield filled pool buffers (refs=1, `count` set) of one epoch, in order.
-
-        `order`: the epoch's archive order as indices into the plan's archives; reader r
-        reads order[r::readers].
-        """
+    def batches(self, epoch: int) -> Iterator[Any]:
+        """Yield filled pool buffers (refs=1, `count` set) of one epoch, in batch order."""
         if self.closed:
             raise RuntimeError("the loader's workers are closed")
-        self._abandon()
-        self._gen += 1
-        state = self._epoch = _Epoch(self._gen)
-        self.channels.generation.value = state.gen
-        for r in range(self.readers):
-            self.channels.control[r].put((state.gen, epoch, tuple(order[r::self.readers])))
+        order = tuple(self.order_of(epoch))
+        ahead, self._next = self._next, None
+        if self._epoch is not None or (ahead and (ahead.epoch, ahead.order) != (epoch, order)):
+            self._next = ahead
+            self._abandon()  # a second iterator, or set_epoch() moved away from the lookahead
+            ahead = None
+        state = self._epoch = ahead or self._begin(epoch, order)
+        if state.error is not None:
+            raise state.error
         try:
             yield from self._collect(state)
         finally:
             if self._epoch is state:
                 self._abandon()
 
+    def _begin(self, epoch: int, order: tuple) -> _Epoch:
+        self._gen += 1
+        state = _Epoch(self._gen, epoch, order)
+        for r in range(self.readers):
+            self.channels.control[r].put((state.gen, epoch, tuple(order[r::self.readers])))
+        return state
+
     def _collect(self, state: _Epoch) -> Iterator[Any]:
         while True:
-            self._assign(state)
+            self._assign_all(state)
             buf = state.ready.pop(state.next_k, None)
             if buf is not None:
                 state.next_k += 1
@@ -479,27 +506,33 @@ class WorkerPool:
                 break
             self._receive(state)
         yield from self._merge_partials(state)
-        self._finished = state
-        self._epoch = None
+        self._finished, self._epoch = state, None
 
     def _worker_of(self, k: int) -> int:
         return k % self.workers
 
-    def _assign(self, state: _Epoch) -> None:
+    def _assign_all(self, state: _Epoch) -> None:
+        if self.lookahead and self._next is None and state.readers_done == self.readers:
+            self._next = self._begin(state.epoch + 1, tuple(self.order_of(state.epoch + 1)))
+        if self._assign(state) and self._next is not None:
+            self._assign(self._next)  # free buffers feed the next epoch once ours needs none
+
+    def _assign(self, state: _Epoch) -> bool:
+        """Give free buffers to batches in order; True once this epoch needs no more."""
         # Buffers go to batches strictly in batch order, so the batch the consumer waits for
         # always has one: no deadlock however the workers' speeds differ.
         while True:
             w = self._worker_of(state.assigned)
             if w in state.final and state.final[w] < state.assigned:
                 if len(state.final) == self.workers:
-                    return  # every worker ended: nothing more to assign
+                    return True  # every worker's stream ended: nothing more to assign
                 state.assigned += 1
                 continue
             if state.assigned - state.next_k >= len(self.pool.buffers):
-                return  # far enough ahead; the pool bounds memory anyway
+                return False  # far enough ahead; the pool bounds memory anyway
             buf = self.pool.lease(block=False)
             if buf is None:
-                return
+                return False
             buf.meta.update(gen=state.gen, k=state.assigned)
             self.channels.orders[w].put((state.gen, state.assigned, buf.slot))
             state.outstanding += 1
@@ -527,25 +560,34 @@ class WorkerPool:
                 if time.monotonic() > deadline:
                     raise WorkerError(self._hang_message())
                 continue
-            self._handle(state, message)
+            target = self._state_of(message[1])
+            self._handle(target, message)
+            if state.error is not None:
+                raise state.error
             return
 
-    def _handle(self, state: _Epoch, message) -> None:
-        kind, gen = message[0], message[1]
+    def _state_of(self, gen: int) -> _Epoch | None:
+        for state in (self._epoch, self._next):
+            if state is not None and state.gen == gen:
+                return state
+        return None  # an abandoned epoch
+
+    def _handle(self, state: _Epoch | None, message) -> None:
+        kind = message[0]
         if kind == "error":
             _, _, who, error, text, member = message
-            if gen == state.gen:
-                raise _remote(who, error, text, member)
+            if state is not None and state.error is None:
+                state.error = _remote(who, error, text, member)
             return
         if kind == "read":
-            if gen == state.gen:
+            if state is not None:
                 state.readers_done += 1
                 state.skipped.update(message[3])
                 state.bytes += message[4]
             return
         _, _, worker, k, slot, count, final, skipped = message
         buf = self.pool.buffers[slot]
-        if gen != state.gen:
+        if state is None:
             self.pool.release(buf)  # an order of an abandoned epoch: the buffer comes back
             return
         state.outstanding -= 1
@@ -563,6 +605,7 @@ class WorkerPool:
     def _merge_partials(self, state: _Epoch) -> Iterator[Any]:
         """Short last batches of several workers -> full batches + at most one short one."""
         parts = [buf for _, buf in sorted(state.partial, key=lambda item: item[0])]
+        state.partial.clear()
         size = self.plan.batch_size
         while parts:
             target = parts.pop(0)
@@ -575,23 +618,29 @@ class WorkerPool:
                 donor.count -= take
                 if donor.count == 0:
                     self.pool.release(parts.pop(0))
-            yield target
+            try:
+                yield target
+            except GeneratorExit:
+                for buf in parts:
+                    self.pool.release(buf)
+                raise
 
     def _abandon(self) -> None:
-        """Forget the current epoch: later messages of its generation free their buffers."""
-        state, self._epoch = self._epoch, None
-        if state is None:
-            return
-        self.channels.generation.value = state.gen + 10**9  # never equal to a real generation
-        for buf in list(state.ready.values()) + [b for _, b in state.partial]:
-            self.pool.release(buf)
-        state.ready.clear()
-        state.partial.clear()
+        """Forget the current and the lookahead epoch; their late messages free buffers."""
+        for state in (self._epoch, self._next):
+            if state is None:
+                continue
+            for buf in list(state.ready.values()) + [b for _, b in state.partial]:
+                self.pool.release(buf)
+            state.ready.clear()
+            state.partial.clear()
+        self._epoch = self._next = None
+        self.channels.generation.value = self._gen + 1  # every generation so far is dead
 
     # ---- faults ----------------------------------------------------------------------------
 
     def _check_alive(self) -> None:
-        for i, proc in enumerate(self._procs):
+        for proc in self._procs:
             if proc.exitcode is not None:
                 self.close()
                 raise WorkerError(f"{proc.name} (pid {proc.pid}) died with "
