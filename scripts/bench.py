@@ -20,6 +20,7 @@ import io
 import json
 import os
 import platform
+import subprocess
 import sys
 import tarfile
 import time
@@ -67,14 +68,12 @@ def ensure_archive(args) -> tuple[str, list[str]]:
     archive = Path(args.archive)
     shards = sorted(archive.parent.glob(archive.stem + "-shard-*.tgz"))
     if not archive.exists() or (args.shards and len(shards) != args.shards):
-        spec = importlib.util.spec_from_file_location("mk", REPO / "scripts/make_imagenet_like.py")
-        mk = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mk)
-        mk_args = mk.get_args_parser().parse_args(
-            ["--out", str(archive), "--images", str(args.images), "--classes",
-             str(args.classes), "--shards", str(args.shards)])
+        # A subprocess: the generator's multiprocessing pool must import it by path.
         t0 = time.perf_counter()
-        mk.main(mk_args)
+        subprocess.run([sys.executable, str(REPO / "scripts/make_imagenet_like.py"),
+                        "--out", str(archive), "--images", str(args.images),
+                        "--classes", str(args.classes), "--shards", str(args.shards)],
+                       check=True)
         print(f"built {archive} in {time.perf_counter() - t0:.1f} s", flush=True)
         shards = sorted(archive.parent.glob(archive.stem + "-shard-*.tgz"))
     return str(archive), [str(s) for s in shards]

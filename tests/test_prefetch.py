@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import assert_labels_match_pixels, labeled_files, write_archive
-from imageloader import ImageLoader, Normalize
+from imageloader import ImageLoader, Normalize, Options
 from imageloader.pool import BufferPool
 from imageloader.prefetch import Prefetcher, map_tensors, release_batch, tensors_in
 
@@ -171,6 +171,7 @@ def test_offloaded_weights_arrive_ahead_of_use():
 
 def loader_on_cuda(path, **kw):
     kw.setdefault("normalize", False)
+    kw.setdefault("options", Options(lookahead=False))  # so that in_use() == 0 after an epoch
     return ImageLoader(path, batch_size=8, size=16, device="cuda", seed=3, **kw)
 
 
