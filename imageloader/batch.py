@@ -21,6 +21,49 @@ _MIX = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: spreads nearby integers apart
 _MASK = (1 << 64) - 1
 
 
+class Layout(NamedTuple):
+    """Where each field of one batch buffer lives: {name: (byte offset, dtype, shape)}."""
+
+    fields: dict
+    nbytes: int
+
+
+class BatchViews(NamedTuple):
+    """Numpy views of one batch buffer. `arena` holds packed JPEG bytes for GPU decoding;
+    for image i, lengths[i] > 0 means its bytes are at arena[offsets[i]:][:lengths[i]] and
+    lengths[i] == 0 means its pixels are already in images[i]."""
+
+    images: np.ndarray    # (B, H, W, C) uint8
+    labels: np.ndarray    # (B,) int64
+    seeds: np.ndarray     # (B,) uint64: augmentation seed of each image
+    offsets: np.ndarray   # (B,) int64
+    lengths: np.ndarray   # (B,) int64
+    arena: np.ndarray     # (A,) uint8
+
+
+_ALIGN = 4096
+
+
+def batch_layout(batch_size: int, image_shape: tuple[int, int, int], arena_bytes: int = 0
+                 ) -> Layout:
+    """Fields of one buffer, each page-aligned; shared by the pool and the worker processes."""
+    specs = [("labels", "int64", (batch_size,)), ("seeds", "uint64", (batch_size,)),
+             ("offsets", "int64", (batch_size,)), ("lengths", "int64", (batch_size,)),
+             ("images", "uint8", (batch_size, *image_shape)), ("arena", "uint8", (arena_bytes,))]
+    fields, offset = {}, 0
+    for name, dtype, shape in specs:
+        fields[name] = (offset, dtype, shape)
+        size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        offset += -(-size // _ALIGN) * _ALIGN
+    return Layout(fields, max(offset, _ALIGN))
+
+
+def views_of(buffer, layout: Layout) -> BatchViews:
+    """Numpy views of every field of a buffer (a memoryview or anything with the buffer API)."""
+    return BatchViews(**{name: np.ndarray(shape, dtype=dtype, buffer=buffer, offset=offset)
+                         for name, (offset, dtype, shape) in layout.fields.items()})
+
+
 class Task(NamedTuple):
     """One sample scheduled for decoding, with the seed of its random augmentation."""
 
@@ -69,27 +112,30 @@ def take_share(samples: Iterable[T], rank: int, world_size: int) -> Iterator[T]:
             yield sample
 
 
-def fill_batch(tasks: Iterator[Task], images: np.ndarray, labels: np.ndarray, decoder, *,
-               on_error: str, skipped: Counter) -> int:
-    """Decode tasks into `images[i]`, `labels[i]` until the batch is full or tasks run out.
+def fill_batch(tasks: Iterator[Task], batch: BatchViews, decoder, *, on_error: str,
+               skipped: Counter) -> int:
+    """Fill slots 0, 1, ... of `batch` from tasks until it is full or tasks run out.
 
-    Returns the number of filled slots; failed samples are counted in `skipped` by reason
+    `decoder.fill(batch, slot, data, seed)` writes one image (pixels, or packed bytes for the
+    GPU). Returns the number of filled slots; failed samples are counted in `skipped` by reason
     (or raised, naming archive and member, with on_error="raise").
     """
-    capacity = len(labels)
+    capacity = len(batch.labels)
     filled = 0
     if capacity == 0:
         return 0
+    decoder.start(batch)
     for task in tasks:
         sample = task.sample
         try:
-            decoder(sample.data, images[filled], task.seed)
+            decoder.fill(batch, filled, sample.data, task.seed)
         except SampleError as error:
             if on_error == "raise":
                 raise error.located(sample.archive, sample.name) from None
             skipped[error.reason] += 1
             continue
-        labels[filled] = sample.target
+        batch.labels[filled] = sample.target
+        batch.seeds[filled] = task.seed
         filled += 1
         if filled == capacity:
             break

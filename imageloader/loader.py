@@ -130,8 +130,10 @@ class ImageLoader:
                                formats=options.formats, transform=transform)
         self.normalize = Normalize() if normalize is True else (normalize or None)
         self.rank, self.world_size = _distributed(options)
+        # The device step must not refer back to the loader: a reference cycle would leave
+        # CUDA objects for the garbage collector, which may then run in a forked child.
         self.prefetcher = Prefetcher((), self.device, prefetch=prefetch,
-                                     item_transform=self._on_device)
+                                     item_transform=_OnDevice(self.normalize))
         self.stats = LoaderStats(decode="cpu", workers=self.workers)
         self._next_epoch = 0
         self._length: int | None = None
@@ -219,8 +221,7 @@ class ImageLoader:
         try:
             while True:
                 buf = self._pool.lease()
-                images, labels = buf.images.numpy(), buf.labels.numpy()
-                buf.count = fill_batch(tasks, images, labels, self.decoder,
+                buf.count = fill_batch(tasks, buf.arrays, self.decoder,
                                        on_error=self.options.on_error, skipped=skipped)
                 self.stats.bytes = read_stats.get("bytes", 0)
                 if buf.count == 0:
@@ -237,16 +238,6 @@ class ImageLoader:
         if self.shuffle_buffer > 1 and len(order) > 1:
             random.Random(self.seed + epoch).shuffle(order)  # shard order changes every epoch
         return tuple(order)
-
-    def _on_device(self, item):
-        images, labels = item
-        if self.normalize is not None:
-            images = self.normalize(images)
-        elif images.device.type == "cpu":
-            images = images.clone()  # the host buffer is reused: hand out our own copy
-        if labels.device.type == "cpu":
-            labels = labels.clone()
-        return images, labels
 
     # ---- processes and memory -------------------------------------------------------------
 
@@ -303,6 +294,23 @@ class ImageLoader:
         return (f"ImageLoader({len(self.sources)} archive(s), batch_size={self.batch_size}, "
                 f"train={self.train}, device={self.device}, workers={self.workers}, "
                 f"prefetch={self.prefetch}, {self.vocab!r})")
+
+
+class _OnDevice:
+    """The last step, on the batch's device (the side stream on CUDA): normalize, or copy."""
+
+    def __init__(self, normalize: Normalize | None):
+        self.normalize = normalize
+
+    def __call__(self, item):
+        images, labels = item
+        if self.normalize is not None:
+            images = self.normalize(images)
+        elif images.device.type == "cpu":
+            images = images.clone()  # the host buffer is reused: hand out our own copy
+        if labels.device.type == "cpu":
+            labels = labels.clone()
+        return images, labels
 
 
 def _shutdown(workers: WorkerPool | None, pool: BufferPool | None, prefetcher) -> None:

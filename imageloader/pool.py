@@ -22,8 +22,9 @@ from multiprocessing import shared_memory
 import numpy as np
 import torch
 
+from .batch import BatchViews, Layout, batch_layout, views_of
+
 log = logging.getLogger(__name__)
-_ALIGN = 4096
 
 
 @dataclass(eq=False)
@@ -33,6 +34,7 @@ class HostBatch:
     slot: int
     images: torch.Tensor            # (B, H, W, C) uint8
     labels: torch.Tensor            # (B,) int64
+    arrays: BatchViews              # numpy views of every field (images, labels, arena, ...)
     count: int = 0
     refs: int = 0
     copied: object = None           # torch.cuda.Event recorded after the copy that reads us
@@ -43,22 +45,18 @@ class HostBatch:
         return self.images[: self.count].permute(0, 3, 1, 2), self.labels[: self.count]
 
 
-def _layout(batch_size: int, image_shape: tuple[int, int, int]) -> tuple[int, int]:
-    labels_bytes = batch_size * 8
-    images_offset = -(-labels_bytes // _ALIGN) * _ALIGN
-    return images_offset, images_offset + batch_size * int(np.prod(image_shape))
-
-
 class BufferPool:
     """`slots` batch buffers. `lease()` -> HostBatch with refs=1; `release(b, after=event)`."""
 
     def __init__(self, slots: int, batch_size: int, image_shape: tuple[int, int, int], *,
-                 pin_device: torch.device | None = None, shared: bool = False):
+                 pin_device: torch.device | None = None, shared: bool = False,
+                 arena_bytes: int = 0):
         if slots < 1:
             raise ValueError("a buffer pool needs at least one slot")
         self.batch_size, self.image_shape = batch_size, tuple(image_shape)
         self.pin_device = pin_device
-        self._images_offset, self._nbytes = _layout(batch_size, self.image_shape)
+        self.layout: Layout = batch_layout(batch_size, self.image_shape, arena_bytes)
+        self._nbytes = self.layout.nbytes
         self._segments: list[shared_memory.SharedMemory] = []
         self._registered: list[int] = []
         self._lock = threading.Lock()
@@ -79,9 +77,10 @@ class BufferPool:
         else:
             raw = torch.empty(self._nbytes, dtype=torch.uint8,
                               pin_memory=self.pin_device is not None)
-        labels = raw[: self.batch_size * 8].view(torch.int64)
-        images = raw[self._images_offset:].view(self.batch_size, *self.image_shape)
-        return HostBatch(slot, images, labels)
+        arrays = views_of(raw.numpy(), self.layout)
+        labels = torch.from_numpy(arrays.labels)
+        images = torch.from_numpy(arrays.images)
+        return HostBatch(slot, images, labels, arrays)
 
     def _register(self, raw: torch.Tensor) -> None:
         # Page-lock memory we did not allocate through CUDA (shared with workers), once.
@@ -95,11 +94,6 @@ class BufferPool:
     @property
     def shm_names(self) -> list[str]:
         return [s.name for s in self._segments]
-
-    @property
-    def layout(self) -> tuple[int, int, tuple[int, int, int], int]:
-        """(images_offset, nbytes, image_shape, batch_size): what a worker needs to attach."""
-        return self._images_offset, self._nbytes, self.image_shape, self.batch_size
 
     @property
     def nbytes(self) -> int:

@@ -281,6 +281,7 @@ class Prefetcher:
         return self.item_transform(item) if self.item_transform is not None else item
 
     def close(self) -> None:
+        self.wait_events.clear()
         if self._staging is not None:
             self._staging.close()
 

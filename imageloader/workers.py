@@ -45,7 +45,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .batch import Task, fill_batch, schedule, take_share
+from .batch import Task, fill_batch, schedule, take_share, views_of
 from .errors import ArchiveError, Limits
 from .read import iter_members, iter_samples
 
@@ -237,16 +237,15 @@ def worker_main(worker_id: int, decoder, on_error: str, layout, shm_names: list[
 
 def _fill_order(worker_id, decoder, on_error, buffer, stream, channels, note, gen, k, slot):
     skipped: Counter = Counter()
-    images, labels = buffer
     if gen < channels.generation.value or stream.finished(gen):
         channels.results.put(("done", gen, worker_id, k, slot, 0, True, {}))
         return
     tasks = stream.tasks(gen, note)
-    count = fill_batch(tasks, images, labels, decoder, on_error=on_error, skipped=skipped)
+    count = fill_batch(tasks, buffer, decoder, on_error=on_error, skipped=skipped)
     # A full batch is not final even if the stream ends right after it: the worker's next
     # order will come back empty and final. Peeking here would hold this batch back until the
     # reader dealt this worker's next group.
-    final = stream.finished(gen) or count < len(labels)
+    final = stream.finished(gen) or count < len(buffer.labels)
     channels.results.put(("done", gen, worker_id, k, slot, count, final, dict(skipped)))
 
 
@@ -311,16 +310,12 @@ class _TaskStream:
 _ATTACHED: list[shared_memory.SharedMemory] = []
 
 
-def _attach(names: list[str], layout) -> list[tuple[np.ndarray, np.ndarray]]:
-    images_offset, nbytes, image_shape, batch_size = layout
+def _attach(names: list[str], layout):
     views = []
     for name in names:
         segment = _open_segment(name)
         _ATTACHED.append(segment)
-        labels = np.ndarray((batch_size,), dtype=np.int64, buffer=segment.buf)
-        images = np.ndarray((batch_size, *image_shape), dtype=np.uint8, buffer=segment.buf,
-                            offset=images_offset)
-        views.append((images, labels))
+        views.append(views_of(segment.buf, layout))
     return views
 
 
@@ -612,7 +607,8 @@ class WorkerPool:
             while target.count < size and parts:
                 donor = parts[0]
                 take = min(size - target.count, donor.count)
-                _move_rows(donor, 0, target, target.count, take)
+                if not _move_rows(donor, 0, target, target.count, take):
+                    break  # the target's arena is full: it goes out short
                 target.count += take
                 _move_rows(donor, take, donor, 0, donor.count - take)  # compact the donor
                 donor.count -= take
@@ -670,11 +666,43 @@ class WorkerPool:
         return (state.skipped, state.bytes) if state else (Counter(), 0)
 
 
-def _move_rows(src, src_row: int, dst, dst_row: int, n: int) -> None:
+_ROW_FIELDS = ("images", "labels", "seeds", "lengths")
+
+
+def _move_rows(src, src_row: int, dst, dst_row: int, n: int) -> bool:
+    """Copy n rows between batch buffers; packed bytes follow into the target's arena.
+
+    Returns False (copying nothing) if the target's arena cannot hold the rows' bytes.
+    """
     if n <= 0:
-        return
-    dst.images[dst_row:dst_row + n] = src.images[src_row:src_row + n].clone()
-    dst.labels[dst_row:dst_row + n] = src.labels[src_row:src_row + n].clone()
+        return True
+    a, b = src.arrays, dst.arrays
+    rows = slice(src_row, src_row + n)
+    if src is dst or not len(b.arena):
+        offsets = a.offsets[rows].copy()
+    else:
+        end = _arena_end(b, dst_row)
+        lengths = a.lengths[rows]
+        if end + int(lengths.sum()) > len(b.arena):
+            return False
+        offsets = np.zeros(n, np.int64)
+        for i, length in enumerate(lengths.tolist()):
+            if length:
+                start = int(a.offsets[src_row + i])
+                b.arena[end:end + length] = a.arena[start:start + length]
+                offsets[i] = end
+                end += length
+    for name in _ROW_FIELDS:
+        getattr(b, name)[dst_row:dst_row + n] = getattr(a, name)[rows].copy()
+    b.offsets[dst_row:dst_row + n] = offsets
+    return True
+
+
+def _arena_end(views, rows: int) -> int:
+    used = views.lengths[:rows] > 0
+    if not used.any():
+        return 0
+    return int((views.offsets[:rows][used] + views.lengths[:rows][used]).max())
 
 
 def _exit_text(code: int) -> str:

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from conftest import solid
-from imageloader.batch import Task, fill_batch, schedule, shuffled, take_share
+from imageloader.batch import (Task, batch_layout, fill_batch, schedule, shuffled, take_share,
+                               views_of)
 from imageloader.decode import Augment, Decoder
 from imageloader.read import Sample
 
@@ -52,19 +53,33 @@ def test_fill_batch_replaces_failed_samples_with_the_next_ones():
     data = [good, bad, good, bad, bad, good, good, good]
     tasks = iter([Task(i, Sample("a.tgz", i, f"t/c/{i}.png", i, d)) for i, d in enumerate(data)])
     decoder = Decoder(Augment.make(8, False))
-    images = np.zeros((3, 8, 8, 3), np.uint8)
-    labels = np.full(3, -1, np.int64)
+    batch = new_batch(3, (8, 8, 3))
     skipped = Counter()
-    assert fill_batch(tasks, images, labels, decoder, on_error="skip", skipped=skipped) == 3
-    assert labels.tolist() == [0, 2, 5] and (images == 100).all()
+    assert fill_batch(tasks, batch, decoder, on_error="skip", skipped=skipped) == 3
+    assert batch.labels.tolist() == [0, 2, 5] and (batch.images == 100).all()
+    assert batch.seeds.tolist() == [0, 2, 5]
     assert skipped == Counter(undecodable=3)
     # The stream continues where the batch stopped; the rest is a short batch.
-    assert fill_batch(tasks, images, labels, decoder, on_error="skip", skipped=skipped) == 2
-    assert labels[:2].tolist() == [6, 7]
+    assert fill_batch(tasks, batch, decoder, on_error="skip", skipped=skipped) == 2
+    assert batch.labels[:2].tolist() == [6, 7]
+
+
+def new_batch(size, shape, arena=0):
+    layout = batch_layout(size, shape, arena)
+    return views_of(bytearray(layout.nbytes), layout)
+
+
+def test_layout_fields_are_page_aligned_and_disjoint():
+    layout = batch_layout(5, (7, 9, 3), 1000)
+    spans = sorted((off, off + np.dtype(dt).itemsize * int(np.prod(shape)))
+                   for off, dt, shape in layout.fields.values())
+    assert all(start % 4096 == 0 for start, _ in spans)
+    assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:]))
+    assert spans[-1][1] <= layout.nbytes
 
 
 def test_fill_batch_raise_policy_names_archive_and_member():
     tasks = iter([Task(0, Sample("x.tgz", 4, "t/c/bad.png", 0, b"nope"))])
     with pytest.raises(ValueError, match=r"x\.tgz.*t/c/bad\.png"):
-        fill_batch(tasks, np.zeros((2, 8, 8, 3), np.uint8), np.zeros(2, np.int64),
-                   Decoder(Augment.make(8, False)), on_error="raise", skipped=Counter())
+        fill_batch(tasks, new_batch(2, (8, 8, 3)), Decoder(Augment.make(8, False)),
+                   on_error="raise", skipped=Counter())
