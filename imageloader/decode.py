@@ -15,11 +15,12 @@ import io
 import math
 import random
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageOps, JpegImagePlugin, UnidentifiedImageError
 
 from .errors import Limits, SampleError
 
@@ -136,6 +137,66 @@ class Decoder:
         out[...] = result.permute(1, 2, 0).numpy()
 
 
+class JpegPacker:
+    """decode="cuda": pack each JPEG that nvJPEG can take into the batch's byte arena; decode
+    anything else here on the CPU, exactly as the CPU path would, and count why.
+
+    nvJPEG's batched decoder takes baseline 8-bit RGB/gray JPEGs with standard subsampling. We
+    screen with Pillow's header parser (no pixel decoding): PNG, CMYK, progressive, EXIF-rotated
+    and oddly subsampled images, and images that no longer fit the arena, go the CPU way.
+    """
+
+    def __init__(self, cpu: Decoder):
+        self.cpu = cpu
+        self.fallbacks: Counter = Counter()
+        self._end = 0
+
+    @property
+    def out_shape(self) -> tuple[int, int, int]:
+        return self.cpu.out_shape
+
+    def start(self, batch) -> None:
+        self._end = 0
+
+    def fill(self, batch, slot: int, data: bytes, seed: int) -> None:
+        reason = gpu_unsuitable(data, self.cpu.mode, self.cpu.limits)
+        if reason is None and self._end + len(data) > len(batch.arena):
+            reason = "arena_full"
+        if reason is not None:
+            self.cpu.fill(batch, slot, data, seed)  # raises SampleError for bad images
+            self.fallbacks[reason] += 1
+            return
+        batch.arena[self._end:self._end + len(data)] = np.frombuffer(data, np.uint8)
+        batch.offsets[slot], batch.lengths[slot] = self._end, len(data)
+        self._end += len(data)
+
+    def take_fallbacks(self) -> dict:
+        counts, self.fallbacks = dict(self.fallbacks), Counter()
+        return counts
+
+
+def gpu_unsuitable(data: bytes, mode: str, limits: Limits) -> str | None:
+    """Why nvJPEG should not get this image, or None. Reads headers only."""
+    if data[:3] != b"\xff\xd8\xff":
+        return "not_jpeg"
+    try:
+        img = Image.open(io.BytesIO(data), formats=("JPEG",))
+    except Exception:
+        return "unreadable_header"
+    width, height = img.size
+    if width * height > limits.max_pixels or min(width, height) < 1:
+        return "size"
+    if img.mode not in ("RGB", "L"):
+        return "color_" + img.mode.lower()
+    if img.info.get("progressive") or img.info.get("progression"):
+        return "progressive"
+    if img.mode == "RGB" and JpegImagePlugin.get_sampling(img) == -1:
+        return "subsampling"
+    if _orientation(img) != 1:
+        return "exif_orientation"
+    return None
+
+
 def open_image(data: bytes, formats: tuple[str, ...], limits: Limits) -> Image.Image:
     """Identify the image from its header only and enforce the pixel limit before decoding."""
     if not data:
@@ -224,12 +285,10 @@ def random_resized_crop_box(size: tuple[int, int], scale, ratio, rng: random.Ran
     return (left, top, left + w, top + h)
 
 
-def center_crop_box(size: tuple[int, int], out_hw: tuple[int, int], crop_fraction: float):
-    """torchvision's Resize(out / crop_fraction) + CenterCrop(out), as a box of the source.
-
-    Same integer arithmetic as torchvision (resized size truncated, crop offsets rounded), so
-    one box resize gives the pixels of resizing the whole image and then cropping.
-    """
+def center_crop_geometry(size: tuple[int, int], out_hw: tuple[int, int],
+                         crop_fraction: float) -> tuple[int, int, int, int]:
+    """torchvision's Resize(out / crop_fraction) + CenterCrop(out) in integers:
+    (resized width, resized height, crop left, crop top), truncated and rounded as torchvision."""
     width, height = size
     short_target = int(max(out_hw) / crop_fraction)
     if width <= height:
@@ -238,7 +297,14 @@ def center_crop_box(size: tuple[int, int], out_hw: tuple[int, int], crop_fractio
         new_w, new_h = int(short_target * width / height), short_target
     top = int(round((new_h - out_hw[0]) / 2.0))
     left = int(round((new_w - out_hw[1]) / 2.0))
-    sx, sy = new_w / width, new_h / height
+    return new_w, new_h, left, top
+
+
+def center_crop_box(size: tuple[int, int], out_hw: tuple[int, int], crop_fraction: float):
+    """The same crop as a box of the source, so that ONE box resize gives the pixels of
+    resizing the whole image and then cropping."""
+    new_w, new_h, left, top = center_crop_geometry(size, out_hw, crop_fraction)
+    sx, sy = new_w / size[0], new_h / size[1]
     return (left / sx, top / sy, (left + out_hw[1]) / sx, (top + out_hw[0]) / sy)
 
 

@@ -25,7 +25,8 @@ from typing import Callable, Iterable, Iterator
 import torch
 
 from .batch import fill_batch
-from .decode import ALLOWED_FORMATS, Augment, Decoder
+from .decode import ALLOWED_FORMATS, Augment, Decoder, JpegPacker
+from .gpudecode import GpuDecode, Packed, find_jpeg_decoder
 from .errors import Limits, check_policy
 from .pool import BufferPool, HostBatch
 from .prefetch import Normalize, Prefetcher, release_batch, resolve_device
@@ -48,6 +49,7 @@ class Options:
     readers: int | None = None          # reader processes for a list of archives
     timeout: float = 300.0              # seconds without any batch before erroring out
     lookahead: bool = True              # start reading epoch e+1 as soon as e is fully read
+    arena_per_image: int = 192 << 10    # decode="cuda": packed JPEG bytes per batch slot
     formats: tuple[str, ...] = ALLOWED_FORMATS
     rank: int | None = None             # None: from torch.distributed if initialized
     world_size: int | None = None
@@ -67,10 +69,11 @@ class LoaderStats:
     decode: str = "cpu"
     inflate: str = ""
     workers: int = 0
+    fallbacks: Counter = field(default_factory=Counter)  # decode="cuda": CPU-decoded, by why
 
     def as_dict(self) -> dict:
         out = dict(self.__dict__)
-        out["skipped"] = dict(self.skipped)
+        out["skipped"], out["fallbacks"] = dict(self.skipped), dict(self.fallbacks)
         return out
 
 
@@ -104,6 +107,9 @@ class ImageLoader:
             replaces the crop/flip preset.
         normalize: True (ImageNet mean/std, float32, channels_last), a `Normalize`, or False
             for uint8 batches.
+        decode: "cpu" (Pillow in worker processes), "cuda" (nvJPEG on the GPU; workers only
+            pack bytes) or "auto" (cuda when the device is CUDA and a GPU JPEG decoder is
+            installed). `loader.stats.decode` says which was chosen.
         options: an `Options` with limits, error policies, inflater and distribution settings.
     """
 
@@ -113,7 +119,8 @@ class ImageLoader:
                  workers: int | None = None, prefetch: int = 2, seed: int = 0,
                  shuffle_buffer: int | None = None, drop_last: bool = False,
                  mode: str = "RGB", transform: Callable | None = None,
-                 normalize: bool | Normalize = True, options: Options | None = None):
+                 normalize: bool | Normalize = True, decode: str = "cpu",
+                 options: Options | None = None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.options = options = options or Options()
@@ -130,11 +137,26 @@ class ImageLoader:
                                formats=options.formats, transform=transform)
         self.normalize = Normalize() if normalize is True else (normalize or None)
         self.rank, self.world_size = _distributed(options)
+        self.decode, jpeg = _choose_decode(decode, self.device, transform)
+        if self.decode == "cuda" and workers is None:
+            self.workers = min(4, self.workers)  # packing bytes is cheap: a few processes do
         # The device step must not refer back to the loader: a reference cycle would leave
         # CUDA objects for the garbage collector, which may then run in a forked child.
-        self.prefetcher = Prefetcher((), self.device, prefetch=prefetch,
-                                     item_transform=_OnDevice(self.normalize))
-        self.stats = LoaderStats(decode="cpu", workers=self.workers)
+        if self.decode == "cuda":
+            self._gpu = GpuDecode(self.decoder.augment, self.decoder, self.normalize,
+                                  self.device, jpeg)
+            self.prefetcher = Prefetcher((), self.device, prefetch=max(prefetch, 1),
+                                         item_transform=self._gpu, threaded=True)
+            self._fill = JpegPacker(self.decoder)
+            self.decode_name = f"cuda ({jpeg[0]})"
+        else:
+            self._gpu = None
+            self.prefetcher = Prefetcher((), self.device, prefetch=prefetch,
+                                         item_transform=_OnDevice(self.normalize))
+            self._fill = self.decoder
+            self.decode_name = "cpu (Pillow)"
+        log.info("imageloader: decoding on %s", self.decode_name)
+        self.stats = LoaderStats(decode=self.decode_name, workers=self.workers)
         self._next_epoch = 0
         self._length: int | None = None
         self._pool: BufferPool | None = None
@@ -179,12 +201,13 @@ class ImageLoader:
 
     def _iterate(self, epoch: int):
         self._ensure_started()
-        self.stats = LoaderStats(epoch=epoch, decode="cpu", workers=self.workers,
+        self.stats = LoaderStats(epoch=epoch, decode=self.decode_name, workers=self.workers,
                                  inflate=_inflater_name(self.sources, self.options))
         started = time.perf_counter()
         produced = self._produce(epoch)
+        wrap = Packed if self._gpu is not None else HostBatch.views
         batches = self.prefetcher.run(
-            ((buf.views(), release_batch(self._pool, buf)) for buf in produced))
+            ((wrap(buf), release_batch(self._pool, buf)) for buf in produced))
         try:
             while True:
                 t0 = time.perf_counter()
@@ -221,8 +244,10 @@ class ImageLoader:
         try:
             while True:
                 buf = self._pool.lease()
-                buf.count = fill_batch(tasks, buf.arrays, self.decoder,
+                buf.count = fill_batch(tasks, buf.arrays, self._fill,
                                        on_error=self.options.on_error, skipped=skipped)
+                if self._gpu is not None:
+                    self.stats.fallbacks.update(self._fill.take_fallbacks())
                 self.stats.bytes = read_stats.get("bytes", 0)
                 if buf.count == 0:
                     self._pool.release(buf)
@@ -252,12 +277,13 @@ class ImageLoader:
             return
         pin = self.device if self.device.type == "cuda" else None
         slots = self.prefetch + 2 + self.workers
+        arena = self.batch_size * self.options.arena_per_image if self._gpu is not None else 0
         self._pool = BufferPool(slots, self.batch_size, self.decoder.out_shape, pin_device=pin,
-                                shared=self.workers > 0)
+                                shared=self.workers > 0, arena_bytes=arena)
         if self.workers > 0:
             streams = any(hasattr(s, "read") for s in self.sources)
             readers = self.options.readers or min(len(self.sources), max(1, self.workers // 4))
-            self._workers = WorkerPool(self._plan(), self.decoder, self._pool,
+            self._workers = WorkerPool(self._plan(), self._fill, self._pool,
                                        workers=self.workers, readers=readers,
                                        order_of=self._archive_order,
                                        on_error=self.options.on_error,
@@ -269,8 +295,18 @@ class ImageLoader:
     def _collect_epoch_stats(self) -> None:
         if self._workers is not None:
             skipped, nbytes = self._workers.epoch_stats
-            self.stats.skipped.update(skipped)
+            for key, n in skipped.items():  # workers report CPU fallbacks with the skips
+                target = self.stats.fallbacks if key.startswith("fallback:") else self.stats.skipped
+                target[key.removeprefix("fallback:")] += n
             self.stats.bytes = nbytes or self.stats.bytes
+        if self._gpu is not None:
+            for key, n in self._gpu.take_counts().items():
+                if key.startswith("dropped:"):
+                    self.stats.skipped[key.removeprefix("dropped:")] += n
+                elif key.startswith("fallback:"):
+                    self.stats.fallbacks[key.removeprefix("fallback:")] += n
+                else:
+                    self.stats.fallbacks[key] += n  # gpu_decoded, reported alongside
         if self.stats.skipped:
             warnings.warn(f"epoch {self.stats.epoch}: skipped "
                           f"{sum(self.stats.skipped.values())} members of "
@@ -319,6 +355,24 @@ def _shutdown(workers: WorkerPool | None, pool: BufferPool | None, prefetcher) -
     if pool is not None:
         pool.close()
     prefetcher.close()
+
+
+def _choose_decode(decode: str, device: torch.device, transform) -> tuple[str, object]:
+    if decode not in ("cpu", "cuda", "auto"):
+        raise ValueError(f"decode must be 'cpu', 'cuda' or 'auto', got {decode!r}")
+    if decode == "cpu":
+        return "cpu", None
+    jpeg = find_jpeg_decoder() if device.type == "cuda" else None
+    if decode == "auto":
+        return ("cuda", jpeg) if jpeg is not None and transform is None else ("cpu", None)
+    if device.type != "cuda":
+        raise ValueError(f"decode='cuda' needs a CUDA device, not {device}")
+    if jpeg is None:
+        raise ImportError("decode='cuda' needs torchvision.io.decode_jpeg or torchcodec")
+    if transform is not None:
+        raise ValueError("decode='cuda' applies the built-in presets on the GPU; a custom "
+                         "transform needs decode='cpu'")
+    return "cuda", jpeg
 
 
 def _distributed(options: Options) -> tuple[int, int]:

@@ -242,6 +242,8 @@ def _fill_order(worker_id, decoder, on_error, buffer, stream, channels, note, ge
         return
     tasks = stream.tasks(gen, note)
     count = fill_batch(tasks, buffer, decoder, on_error=on_error, skipped=skipped)
+    for reason, n in getattr(decoder, "take_fallbacks", dict)().items():
+        skipped["fallback:" + reason] += n  # decode="cuda": decoded here on the CPU instead
     # A full batch is not final even if the stream ends right after it: the worker's next
     # order will come back empty and final. Peeking here would hold this batch back until the
     # reader dealt this worker's next group.

@@ -52,6 +52,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-seconds", type=float, default=45.0, help="cap on a timed region")
     p.add_argument("--workers", type=int, default=None, help="decode workers (default: cores-1)")
     p.add_argument("--prefetch", default="2", help="comma-separated prefetch depths for ours")
+    p.add_argument("--decode", default="cpu,cuda", help="comma-separated decode modes for ours")
     p.add_argument("--recipes", default="ceiling,ours,loader,decode,peer-shards,wds-shards,"
                    "wds-one,timm-shards", help="which recipes to run")
     p.add_argument("--decode-images", type=int, default=400, help="images for the decode rate")
@@ -145,10 +146,11 @@ def ceiling_batches(args, classes: int):
 # ---- our loader ----------------------------------------------------------------------------
 
 
-def our_loader(archive, args, prefetch: int, **kw) -> ImageLoader:
+def our_loader(archive, args, prefetch: int, decode: str = "cpu", **kw) -> ImageLoader:
+    workers = args.workers if decode == "cpu" else None  # GPU decode: a few packers suffice
     return ImageLoader(archive, batch_size=args.batch_size, train=True, size=224,
-                       device="cuda", workers=args.workers, prefetch=prefetch, drop_last=True,
-                       **kw)
+                       device="cuda", workers=workers, prefetch=prefetch, drop_last=True,
+                       decode=decode, **kw)
 
 
 def exposed_copy_ms(loader) -> float | None:
@@ -161,18 +163,37 @@ def exposed_copy_ms(loader) -> float | None:
     return times[len(times) // 2]
 
 
-def run_ours(trainer, archive, args, prefetch: int, model: str) -> dict:
-    with our_loader(archive, args, prefetch) as loader:
+def run_ours(trainer, archive, args, prefetch: int, model: str, decode: str = "cpu") -> dict:
+    with our_loader(archive, args, prefetch, decode) as loader:
         loader.prefetcher.record_waits = True
-        result = timed_training(trainer, forever(loader), args, f"ours {model} prefetch={prefetch}")
+        label = f"ours {decode} decode, prefetch={prefetch}"
+        if args.trace and decode == "cpu" and prefetch in (0, 2):
+            trace_steps(trainer, loader, args.trace.replace(".json", f"-p{prefetch}-{model}.json"))
+        result = timed_training(trainer, forever(loader), args, label)
+        result["fallbacks"] = dict(loader.stats.fallbacks)
         result["exposed_copy_ms_median"] = exposed_copy_ms(loader)
         result["workers"] = loader.workers
         result["inflate"] = loader.stats.inflate
     return result
 
 
-def run_loader_alone(archive, args) -> dict:
-    with our_loader(archive, args, prefetch=2) as loader:
+def trace_steps(trainer, loader, path: str, steps: int = 6) -> None:
+    """A chrome trace of a few training steps (after warm-up): copies vs compute streams."""
+    from torch.profiler import ProfilerActivity, profile
+    it = iter(loader)
+    for _ in range(4):
+        trainer.step(*next(it))
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            trainer.step(*next(it))
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(path)
+    print(f"trace of {steps} steps written to {path}", flush=True)
+
+
+def run_loader_alone(archive, args, decode: str = "cpu") -> dict:
+    with our_loader(archive, args, prefetch=2, decode=decode) as loader:
         t_first = time.perf_counter()
         it = forever(loader)
         next(it)
@@ -187,10 +208,28 @@ def run_loader_alone(archive, args) -> dict:
         torch.cuda.synchronize()
         rate = n / (time.perf_counter() - t0)
         workers = loader.workers
-    print(f"{'ours loader alone':32s} {rate:9.0f} img/s  first batch {first_batch_s:.2f} s",
-          flush=True)
-    return {"recipe": "ours loader alone", "img_per_s": rate, "workers": workers,
+    name = f"ours loader alone, {decode} decode"
+    print(f"{name:32s} {rate:9.0f} img/s  first batch {first_batch_s:.2f} s", flush=True)
+    return {"recipe": name, "img_per_s": rate, "workers": workers,
             "first_batch_s": first_batch_s}
+
+
+def run_peer_loader_alone(shards, classes, args) -> dict:
+    """The 16-shard WebDataset recipe without training: what its loader alone delivers."""
+    import webdataset  # noqa: F401
+    loader = wds_loader(shards, classes, args, args.workers or default_workers())
+    it = on_gpu(wds_tensors(loader))
+    for _ in range(args.warmup):
+        next(it)
+    torch.cuda.synchronize()
+    t0, n = time.perf_counter(), 0
+    while time.perf_counter() - t0 < min(args.max_seconds, 20):
+        n += len(next(it)[1])
+    torch.cuda.synchronize()
+    rate = n / (time.perf_counter() - t0)
+    name = f"WebDataset {len(shards)} shards loader alone"
+    print(f"{name:32s} {rate:9.0f} img/s", flush=True)
+    return {"recipe": name, "img_per_s": rate}
 
 
 def run_decode_rate(archive, args) -> dict:
@@ -348,7 +387,10 @@ def main(args) -> dict:
     if "decode" in recipes:
         results["loader"].append(run_decode_rate(archive, args))
     if "loader" in recipes:
-        results["loader"].append(run_loader_alone(archive, args))
+        for decode in args.decode.split(","):
+            results["loader"].append(run_loader_alone(archive, args, decode))
+        if shards and importlib.util.find_spec("webdataset"):
+            results["loader"].append(run_peer_loader_alone(shards, classes, args))
     save(results, args.out)
     for model in args.models.split(","):
         rows = results["models"][model] = []
@@ -361,6 +403,11 @@ def main(args) -> dict:
             for depth in map(int, args.prefetch.split(",")):
                 rows.append(run_ours(trainer, archive, args, depth, model))
                 save(results, args.out)
+            for decode in [d for d in args.decode.split(",") if d != "cpu"]:
+                rows.append(run_ours(trainer, archive, args, 2, model, decode))
+                save(results, args.out)
+        import gc
+        gc.collect()  # nothing of ours may be collected inside a forked DataLoader worker
         if shards and "peer-shards" in recipes:
             loader = peer_loader(shards, classes, args)
             rows.append(run_peer(trainer, f"DataLoader {len(shards)} shards", on_gpu(loader),

@@ -1,0 +1,156 @@
+"""Stage 2 on the GPU (decode="cuda"): nvJPEG decodes packed JPEG bytes, then crop/resize/flip.
+
+Workers only screen and pack compressed bytes into the page-locked arena of each batch buffer
+(JPEGs are ~5x smaller than their pixels); images nvJPEG cannot take were decoded by the workers
+on the CPU and arrive as pixels (decode.JpegPacker). Here, on the loader's side stream:
+
+    arena bytes --nvJPEG (batched)--> full images --crop, resize (antialiased), flip--> batch
+
+The geometry is the CPU path's, drawn from the same per-sample seed: RandomResizedCrop box and
+flip for training, torchvision's Resize + CenterCrop integers for evaluation. Decoded full-size
+images are transient: only the (N, C, H, W) batch outlives a call, so GPU memory stays flat.
+"""
+from __future__ import annotations
+
+import logging
+import random
+from collections import Counter
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .decode import Augment, Decoder, center_crop_geometry, random_resized_crop_box
+from .errors import SampleError
+
+log = logging.getLogger(__name__)
+JpegDecode = Callable[[list, torch.device, str], list]
+
+
+def find_jpeg_decoder() -> tuple[str, JpegDecode] | None:
+    """The installed GPU JPEG decoder, preferring TorchCodec (torchvision's is deprecated)."""
+    try:
+        from torchcodec.decoders import decode_jpeg as codec_decode
+
+        def with_torchcodec(datas, device, mode):
+            return [codec_decode(d, device=device, mode=mode) for d in datas]
+        return "torchcodec.decoders.decode_jpeg", with_torchcodec
+    except Exception:  # not installed, or built without CUDA support
+        pass
+    try:
+        from torchvision.io import ImageReadMode, decode_jpeg
+    except ImportError:
+        return None
+
+    def with_torchvision(datas, device, mode):
+        read_mode = ImageReadMode.RGB if mode == "RGB" else ImageReadMode.GRAY
+        # One call for the whole list: nvJPEG's batched (hardware) decoder. It runs on its own
+        # stream and makes the CURRENT stream (our side stream) wait on it: no host sync here.
+        return decode_jpeg(datas, mode=read_mode, device=device)
+    return "torchvision.io.decode_jpeg", with_torchvision
+
+
+class Packed:
+    """A packed host batch on its way to the GPU. Deliberately not a tensor container, so the
+    prefetcher hands it to `GpuDecode` as is (nvJPEG reads the bytes from host memory)."""
+
+    def __init__(self, buf):
+        self.buf = buf
+
+
+class GpuDecode:
+    """Prefetch item transform for packed batches -> (images uint8 NCHW or normalized, labels)."""
+
+    def __init__(self, augment: Augment, cpu: Decoder, normalize, device: torch.device,
+                 decoder: tuple[str, JpegDecode]):
+        self.augment, self.cpu, self.normalize, self.device = augment, cpu, normalize, device
+        self.name, self._decode = decoder
+        self.counts: Counter = Counter()   # gpu_decoded, and parent-side fallbacks by reason
+
+    def __call__(self, packed: Packed):
+        buf = packed.buf
+        n, arrays = buf.count, buf.arrays
+        out = torch.empty((n, *self.cpu.out_shape), dtype=torch.uint8, device=self.device)
+        keep = self._copy_cpu_decoded(buf, out) + self._decode_packed(arrays, out, n)
+        labels = buf.labels[:n].to(self.device, non_blocking=True)
+        if len(keep) < n:  # images neither nvJPEG nor Pillow could decode: drop, counted
+            index = torch.tensor(sorted(keep), device=self.device)
+            out, labels = out[index], labels[index]
+        images = out.permute(0, 3, 1, 2)  # NCHW view of NHWC memory: channels_last
+        if self.normalize is not None:
+            images = self.normalize(images)
+        return images, labels
+
+    def _copy_cpu_decoded(self, buf, out) -> list[int]:
+        slots = np.flatnonzero(buf.arrays.lengths[:buf.count] == 0).tolist()
+        for slot in slots:  # rare: one row each, from page-locked memory, asynchronous
+            out[slot].copy_(buf.images[slot], non_blocking=True)
+        return slots
+
+    def _decode_packed(self, arrays, out, n) -> list[int]:
+        slots = np.flatnonzero(arrays.lengths[:n] > 0).tolist()
+        if not slots:
+            return []
+        arena = torch.from_numpy(arrays.arena)
+        datas = [arena[int(arrays.offsets[s]):int(arrays.offsets[s] + arrays.lengths[s])]
+                 for s in slots]
+        images = self._decode_all(datas, slots, arrays)
+        kept = []
+        for slot, image in zip(slots, images):
+            if image is None:
+                continue
+            if isinstance(image, np.ndarray):  # decoded by Pillow after nvJPEG refused it
+                out[slot].copy_(torch.from_numpy(image))
+            else:
+                out[slot].copy_(self._augment(image, int(arrays.seeds[slot])))
+            kept.append(slot)
+        self.counts["gpu_decoded"] += len(kept)
+        return kept
+
+    def _decode_all(self, datas, slots, arrays) -> list:
+        try:
+            return self._decode(datas, self.device, self.cpu.mode)
+        except RuntimeError as error:  # the batch call fails as a whole: find the culprits
+            log.info("batched GPU decode failed (%s); decoding one by one", error)
+            return [self._decode_one(d, int(arrays.seeds[s])) for d, s in zip(datas, slots)]
+
+    def _decode_one(self, data: torch.Tensor, seed: int):
+        try:
+            return self._decode([data], self.device, self.cpu.mode)[0]
+        except RuntimeError:
+            pixels = np.empty(self.cpu.out_shape, np.uint8)
+            try:
+                self.cpu(data.numpy().tobytes(), pixels, seed)
+            except SampleError as error:
+                self.counts["dropped:" + error.reason] += 1
+                return None
+            self.counts["fallback:gpu_refused"] += 1
+            return pixels
+
+    def _augment(self, image: torch.Tensor, seed: int) -> torch.Tensor:
+        """(C, H, W) uint8 full image -> (H', W', C) uint8 crop, as the CPU path would make."""
+        rng = random.Random(seed)  # same draws, same order as decode.Decoder
+        height, width = image.shape[-2:]
+        out_hw = self.augment.size
+        x = image[None].float()
+        if self.augment.train:
+            left, top, right, bottom = random_resized_crop_box(
+                (width, height), self.augment.scale, self.augment.ratio, rng)
+            flip = rng.random() < self.augment.flip
+            x = F.interpolate(x[..., top:bottom, left:right], size=out_hw, mode="bilinear",
+                              antialias=True, align_corners=False)
+        else:
+            new_w, new_h, left, top = center_crop_geometry((width, height), out_hw,
+                                                           self.augment.crop_fraction)
+            flip = False
+            x = F.interpolate(x, size=(new_h, new_w), mode="bilinear", antialias=True,
+                              align_corners=False)
+            x = x[..., top:top + out_hw[0], left:left + out_hw[1]]
+        if flip:
+            x = x.flip(-1)
+        return x[0].round_().clamp_(0, 255).to(torch.uint8).permute(1, 2, 0)
+
+    def take_counts(self) -> dict:
+        counts, self.counts = dict(self.counts), Counter()
+        return counts

@@ -1,0 +1,164 @@
+"""decode="cuda": packing on the CPU side, the GPU stage's geometry, and (on a GPU host) nvJPEG."""
+from __future__ import annotations
+
+import io
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from conftest import (assert_labels_match_pixels, class_level, encode, labeled_files, photo,
+                      solid, write_archive)
+from imageloader import ImageLoader
+from imageloader.batch import batch_layout, views_of
+from imageloader.decode import Augment, Decoder, JpegPacker, gpu_unsuitable
+from imageloader.errors import Limits
+from imageloader.gpudecode import GpuDecode, Packed
+from imageloader.pool import BufferPool
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def cmyk_jpeg(level):
+    return encode(Image.new("CMYK", (40, 30), (0, 0, 0, 255 - level)), "JPEG")
+
+
+def progressive_jpeg(level):
+    return encode(Image.new("RGB", (40, 30), (level,) * 3), "JPEG", progressive=True)
+
+
+def rotated_jpeg(level):
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    return encode(Image.new("RGB", (40, 30), (level,) * 3), "JPEG", exif=exif.tobytes())
+
+
+def test_screening_sends_only_baseline_jpegs_to_the_gpu():
+    limits = Limits()
+    assert gpu_unsuitable(solid(50), "RGB", limits) is None
+    assert gpu_unsuitable(solid(50, mode="L"), "RGB", limits) is None
+    assert gpu_unsuitable(solid(50, fmt="PNG"), "RGB", limits) == "not_jpeg"
+    assert gpu_unsuitable(cmyk_jpeg(50), "RGB", limits) == "color_cmyk"
+    assert gpu_unsuitable(progressive_jpeg(50), "RGB", limits) == "progressive"
+    assert gpu_unsuitable(rotated_jpeg(50), "RGB", limits) == "exif_orientation"
+    assert gpu_unsuitable(solid(50), "RGB", Limits(max_pixels=10)) == "size"
+
+
+def test_packer_packs_bytes_and_decodes_the_rest_on_the_cpu():
+    layout = batch_layout(4, (8, 8, 3), arena_bytes=3000)
+    batch = views_of(bytearray(layout.nbytes), layout)
+    packer = JpegPacker(Decoder(Augment.make(8, False)))
+    jpeg, png = solid(60), solid(70, fmt="PNG")
+    packer.start(batch)
+    packer.fill(batch, 0, jpeg, 1)
+    packer.fill(batch, 1, png, 2)
+    packer.fill(batch, 2, jpeg, 3)
+    big = photo(1, (200, 150))  # larger than what is left of the arena
+    packer.fill(batch, 3, big, 4)
+    assert batch.lengths.tolist() == [len(jpeg), 0, len(jpeg), 0]
+    assert bytes(batch.arena[batch.offsets[2]:][:len(jpeg)]) == jpeg
+    assert (batch.images[1] == 70).all()
+    assert packer.take_fallbacks() == {"not_jpeg": 1, "arena_full": 1}
+
+
+def packed_batch(files, augment, arena=1 << 20):
+    """A host batch packed exactly as the workers would, without processes."""
+    cpu = Decoder(augment)
+    pool = BufferPool(1, len(files), cpu.out_shape, arena_bytes=arena)
+    buf = pool.lease()
+    packer = JpegPacker(cpu)
+    packer.start(buf.arrays)
+    for slot, data in enumerate(files):
+        packer.fill(buf.arrays, slot, data, 1000 + slot)
+        buf.arrays.labels[slot] = slot
+        buf.arrays.seeds[slot] = 1000 + slot
+    buf.count = len(files)
+    return buf, cpu
+
+
+def cpu_jpeg_decoder():
+    from torchvision.io import ImageReadMode, decode_jpeg
+    return "torchvision cpu", lambda datas, device, mode: [
+        decode_jpeg(d, mode=ImageReadMode.RGB) for d in datas]
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_gpu_stage_geometry_matches_the_cpu_path(train):
+    """Runs the GPU stage's code on the CPU (libjpeg via torchvision instead of nvJPEG)."""
+    files = [photo(seed, size) for seed, size in enumerate([(300, 200), (120, 90), (90, 160)])]
+    augment = Augment.make(64, train)
+    buf, cpu = packed_batch(files, augment)
+    images, labels = GpuDecode(augment, cpu, None, torch.device("cpu"), cpu_jpeg_decoder())(
+        Packed(buf))
+    assert images.shape == (3, 3, 64, 64) and labels.tolist() == [0, 1, 2]
+    for slot, data in enumerate(files):
+        reference = np.empty(cpu.out_shape, np.uint8)
+        cpu(data, reference, 1000 + slot)  # same seed: same crop box and flip
+        ours = images[slot].permute(1, 2, 0).numpy().astype(int)
+        assert np.abs(ours - reference).mean() <= 2.0, slot
+
+
+def cuda_loader(path, decode, **kw):
+    kw.setdefault("normalize", False)
+    return ImageLoader(path, batch_size=8, size=32, device="cuda", decode=decode, seed=5,
+                       workers=2, **kw)
+
+
+@cuda
+def test_cuda_decode_matches_cpu_decode_in_eval_mode(tmp_path):
+    files = [(f"t/c{k % 3}/{k}.jpg", photo(k, (160, 120))) for k in range(20)]
+    path = write_archive(tmp_path / "a.tgz", files)
+    batches = {}
+    for decode in ("cpu", "cuda"):
+        with cuda_loader(path, decode, train=False) as loader:
+            batches[decode] = [(x.cpu(), y.cpu()) for x, y in loader]
+            if decode == "cuda":
+                assert loader.stats.decode.startswith("cuda")
+                assert loader.stats.fallbacks["gpu_decoded"] == 20
+    for (a, la), (b, lb) in zip(batches["cpu"], batches["cuda"]):
+        assert torch.equal(la, lb)
+        diff = (a.int() - b.int()).abs().float().mean(dim=(1, 2, 3))
+        assert diff.max() <= 2.0, diff  # nvJPEG vs libjpeg, antialiased bilinear both ways
+
+
+@cuda
+def test_cuda_decode_train_labels_pixels_and_fallbacks(tmp_path):
+    files = labeled_files(4, 6)
+    files += [("t/c01/cmyk.jpg", cmyk_jpeg(class_level(1))),
+              ("t/c02/prog.jpg", progressive_jpeg(class_level(2))),
+              ("t/c03/rot.jpg", rotated_jpeg(class_level(3))),
+              ("t/c00/png.png", solid(class_level(0), fmt="PNG"))]
+    path = write_archive(tmp_path / "a.tgz", files)
+    with cuda_loader(path, "cuda") as loader:
+        pairs = [(x.cpu(), y.cpu()) for x, y in loader]
+        images = torch.cat([x for x, _ in pairs])
+        labels = torch.cat([y for _, y in pairs])
+        assert_labels_match_pixels(images, labels, tolerance=8)
+        assert loader.stats.fallbacks == {"gpu_decoded": 24, "color_cmyk": 1, "progressive": 1,
+                                          "exif_orientation": 1, "not_jpeg": 1}
+
+
+@cuda
+def test_cuda_decode_memory_is_flat_and_auto_says_what_it_chose(tmp_path):
+    path = write_archive(tmp_path / "a.tgz", [(f"t/c{k % 2}/{k}.jpg", photo(k, (200, 150)))
+                                              for k in range(40)])
+    with cuda_loader(path, "auto", normalize=True) as loader:
+        assert loader.decode == "cuda" and "decode_jpeg" in loader.stats.decode
+        readings = []
+        for _ in range(8):
+            for images, labels in loader:
+                assert images.dtype == torch.float32 and images.is_cuda
+            torch.cuda.synchronize()
+            readings.append(torch.cuda.memory_reserved())
+        assert readings[3] == readings[-1], readings
+
+
+def test_decode_choice_on_a_cpu_device(labeled_archive):
+    loader = ImageLoader(labeled_archive, device="cpu", decode="auto", workers=0)
+    assert loader.decode == "cpu" and loader.stats.decode.startswith("cpu")
+    with pytest.raises(ValueError, match="CUDA"):
+        ImageLoader(labeled_archive, device="cpu", decode="cuda", workers=0)
+    with pytest.raises(ValueError, match="decode"):
+        ImageLoader(labeled_archive, device="cpu", decode="gpu", workers=0)

@@ -1,0 +1,182 @@
+"""scripts/plot_timeline.py on a synthetic chrome trace, and scripts/bench_h2d.py's command line.
+
+The trace is built by hand in the format libkineto writes (complete events, "ph": "X", cat
+kernel / gpu_memcpy / gpu_memset, ts/dur in us, args.device / args.stream), so the overlap it
+contains is known exactly: kernels cover 1.0-6.0 ms on stream 7; on stream 20 one HtoD copy of
+3.0 ms lies entirely under them and one of 1.0 ms comes after them: 3.0 of 4.0 ms are hidden.
+"""
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is made
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+@pytest.fixture(scope="module")
+def timeline():
+    yield load("plot_timeline")
+    sys.modules.pop("plot_timeline", None)
+
+
+@pytest.fixture(scope="module")
+def bench():
+    yield load("bench_h2d")
+    sys.modules.pop("bench_h2d", None)
+
+
+def gpu(cat: str, name: str, stream: int, ts: float, dur: float, **args) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+            "args": {"device": 0, "context": 1, "stream": stream, "correlation": 1, **args}}
+
+
+def synthetic_trace() -> dict:
+    """Times in us. First GPU event: the memset at 500 us."""
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "python"}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "pid": 123, "tid": 123,
+         "ts": 100.0, "dur": 9000.0, "args": {"External id": 5}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 123, "tid": 123,
+         "ts": 1900.0, "dur": 50.0, "args": {"correlation": 9}},
+        {"ph": "s", "id": 9, "pid": 123, "tid": 123, "ts": 1900.0, "cat": "ac2g", "name": "ac2g"},
+        {"ph": "f", "id": 9, "pid": 0, "tid": 20, "ts": 2000.0, "cat": "ac2g", "name": "ac2g",
+         "bp": "e"},
+        gpu("gpu_memset", "Memset (Device)", 7, 500.0, 100.0, bytes=1024),
+        gpu("kernel", "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float>", 7, 1000.0, 2500.0),
+        gpu("kernel", "sm90_xmma_gemm_f32f32_tf32f32_f32_nt_n_tilesize128x128", 7, 3500.0,
+            2500.0),
+        gpu("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 20, 2000.0, 3000.0, bytes=38535168),
+        gpu("kernel", "void at::native::vectorized_elementwise_kernel<4, ...>", 20, 5000.0,
+            500.0),
+        gpu("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 20, 8000.0, 1000.0, bytes=38535168),
+        {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": 9500.0},
+    ]
+    return {"schemaVersion": 1, "displayTimeUnit": "ms", "traceEvents": events}
+
+
+@pytest.fixture
+def trace_path(tmp_path: Path) -> Path:
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(synthetic_trace()))
+    return path
+
+
+def by_stream(summary: dict) -> dict:
+    return {s["stream"]: s for s in summary["streams"]}
+
+
+def test_overlap_summary_counts_exactly_the_hidden_copy(timeline) -> None:
+    events = timeline.gpu_events(synthetic_trace())
+    assert len(events) == 6 and {e.kind for e in events} == {"kernel", "memcpy", "memset"}
+    summary = timeline.overlap_summary(events)
+    assert summary["copy_ms"] == pytest.approx(4.0)
+    assert summary["copy_overlap_ms"] == pytest.approx(3.0)
+    assert summary["copy_hidden"] == pytest.approx(0.75)
+    assert summary["htod_overlap_ms"] == pytest.approx(3.0)
+    assert summary["span_ms"] == pytest.approx(8.5)
+    streams = by_stream(summary)
+    assert streams[7]["kernel_ms"] == pytest.approx(5.0)
+    assert streams[7]["memset_ms"] == pytest.approx(0.1)
+    assert streams[7]["copy_overlap_ms"] == 0.0
+    assert streams[7]["label"] == "stream 7: kernels"
+    assert streams[20]["copy_ms"] == pytest.approx(4.0)
+    assert streams[20]["kernel_ms"] == pytest.approx(0.5)
+    assert streams[20]["copy_kinds"] == {"HtoD Pinned": 2}
+    assert streams[20]["label"] == "stream 20: copies + conversion kernels"
+    # Raw event dicts are accepted too; a copy is not "hidden" by kernels on its own stream.
+    assert timeline.overlap_summary(synthetic_trace()["traceEvents"]) == summary
+    same = [timeline.GpuEvent("kernel", "k", 0, 20, 0.0, 10_000.0),
+            timeline.GpuEvent("memcpy", "Memcpy HtoD", 0, 20, 1000.0, 2000.0, "HtoD")]
+    assert timeline.overlap_summary(same)["copy_overlap_ms"] == 0.0
+
+
+def test_parse_reads_cupti_monitor_memcpy_and_legacy_kernel_category(timeline) -> None:
+    memcpy = gpu("gpu_memcpy", "Memcpy", 13, 10.0, 5.0, **{"copy kind": "DtoH",
+                                                           "src kind": "device"})
+    legacy = {"ph": "X", "cat": "Kernel", "name": "k", "pid": 1, "tid": "stream 9",
+              "ts": 1.5, "dur": 2.25}
+    a, b = timeline.gpu_events([memcpy, legacy])
+    assert (b.kind, b.copy_kind, b.src_kind, b.stream) == ("memcpy", "DtoH", "Device", 13)
+    assert (a.kind, a.device, a.stream, a.start, a.end) == ("kernel", 1, 9, 1.5, 3.75)
+
+
+def test_main_writes_png_and_prints_summary(timeline, trace_path, tmp_path, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "timeline.png"
+    args = timeline.get_args_parser().parse_args([str(trace_path), "--out", str(out),
+                                                  "--title", "synthetic"])
+    result = timeline.main(args)
+    assert out.is_file() and out.stat().st_size > 1000
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert result["trace.json"]["copy_overlap_ms"] == pytest.approx(3.0)
+    text = capsys.readouterr().out
+    assert "stream 20: copies + conversion kernels" in text and "75% hidden" in text
+
+
+def test_compare_gzip_and_window(timeline, trace_path, tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    other = tmp_path / "other.json.gz"
+    with gzip.open(other, "wt") as f:
+        json.dump(synthetic_trace(), f)
+    out = tmp_path / "compare.png"
+    # Window 0-5 ms from the first GPU event (the memset at 0.5 ms): 0.5-5.5 ms absolute, so
+    # the late copy drops out and the gemm is clipped at 5.5 ms.
+    args = timeline.get_args_parser().parse_args([
+        str(trace_path), "--compare", str(other), "--labels", "prefetch=0", "prefetch=2",
+        "--window-ms", "0", "5", "--out", str(out)])
+    result = timeline.main(args)
+    assert out.is_file() and out.stat().st_size > 1000
+    assert set(result) == {"prefetch=0", "prefetch=2"}
+    for summary in result.values():
+        assert summary["copy_ms"] == pytest.approx(3.0)
+        assert summary["copy_overlap_ms"] == pytest.approx(3.0)
+        assert by_stream(summary)[7]["kernel_ms"] == pytest.approx(4.5)
+
+
+def test_trace_without_gpu_events_is_refused(timeline, tmp_path) -> None:
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps({"traceEvents": synthetic_trace()["traceEvents"][:5]}))
+    args = timeline.get_args_parser().parse_args([str(path), "--out", str(tmp_path / "x.png")])
+    with pytest.raises(SystemExit, match="no GPU events"):
+        timeline.main(args)
+
+
+def test_bench_h2d_defaults(bench) -> None:
+    args = bench.get_args_parser().parse_args([])
+    assert (args.batch_size, args.size, args.out) == (256, 224, None)
+    assert args.repeats >= 1
+    assert args.batch_size * args.size * args.size * 3 == 38_535_168  # the 38.5 MB batch
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_bench_h2d_runs_on_gpu(bench, tmp_path) -> None:
+    out = tmp_path / "h2d.json"
+    args = bench.get_args_parser().parse_args(["--repeats", "3", "--warmup", "1",
+                                               "--batch-size", "4", "--size", "32",
+                                               "--out", str(out)])
+    result = bench.main(args)
+    assert json.loads(out.read_text())["bytes"] == 4 * 32 * 32 * 3
+    rows = {r["kind"]: r for r in result["rows"]}
+    assert set(rows) == {"pinned", "shm-registered", "pageable"}
+    for row in rows.values():
+        assert row["bytes_ok"] and row["gb_per_s"] > 0 and row["host_ms"] >= 0
+    assert rows["pinned"]["is_pinned"] and not rows["pageable"]["is_pinned"]
