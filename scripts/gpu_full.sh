@@ -4,22 +4,32 @@
 # CUDA tests; the benchmark against the ceiling and peers (ResNet-50 and -18, CPU and GPU
 # decode, prefetch 0/1/2/4) with its chart; a profiler timeline of prefetch 0 vs 2; pinned vs
 # registered vs pageable copy bandwidth; and the training script with --prefetch 0 and 2.
+# OUT_DIR receives 8 files: bench.json, bench-resnet50.png, bench-resnet18.png, timeline.png,
+# h2d.json, pytest.log, run.log (all console output) and traces.tar.gz.
 set -uo pipefail
 out=${1:-bench-out}
+work=$(mktemp -d)
 mkdir -p "$out"
 data=/tmp/bench/imagenet-like.tgz
-bash scripts/gpu_checks.sh "$out" \
+{
+bash scripts/gpu_checks.sh "$work" \
   "tests/test_prefetch.py tests/test_loader.py tests/test_gpudecode.py tests/test_timeline.py tests/test_parallel.py tests/test_train.py" \
   --archive "$data" --models resnet50,resnet18 --prefetch 0,1,2,4 --decode cpu,cuda \
-  --steps 50 --warmup 10 --max-seconds 20 --trace "$out/trace.json"
-export PYTHONPATH="${PYTHONPATH:-/tmp/site}:$PWD"
-python3 scripts/plot_timeline.py "$out/trace-p0-resnet50.json" --compare "$out/trace-p2-resnet50.json" \
-  --labels "prefetch=0" "prefetch=2" --out "$out/timeline.png" --title "ResNet-50 steps" \
-  2>&1 | tail -20 | tee "$out/timeline.txt"
-gzip -f "$out"/trace-*.json
-python3 scripts/bench_h2d.py --out "$out/h2d.json" 2>&1 | tail -12
+  --steps 50 --warmup 10 --max-seconds 20 --trace "$work/trace.json"
+export PYTHONPATH="/tmp/site:$PWD"
+python3 scripts/plot_timeline.py "$work/trace-p0-resnet50.json" \
+  --compare "$work/trace-p2-resnet50.json" --labels "prefetch=0" "prefetch=2" \
+  --out "$work/timeline.png" --title "ResNet-50 training steps" 2>&1 | tail -20
+python3 scripts/bench_h2d.py --out "$work/h2d.json" 2>&1 | tail -12
 for p in 0 2; do
+  echo "== train_resnet.py --prefetch $p"
   python3 scripts/train_resnet.py --data "$data" --val /tmp/bench/imagenet-like-shard-00000.tgz \
     --arch resnet50 --size 224 --batch-size 256 --epochs 1 --max-steps 40 --prefetch $p \
-    --out-dir "$out/train-p$p" 2>&1 | grep -v "^\s*$" | tail -4
+    --out-dir "$work/train-p$p" 2>&1 | grep -v "it/s\]$" | tail -4
+done
+} 2>&1 | tee "$work/run.log"
+tar -czf "$work/traces.tar.gz" -C "$work" $(cd "$work" && ls trace-*.json 2>/dev/null)
+for f in bench.json bench-resnet50.png bench-resnet18.png timeline.png h2d.json pytest.log \
+         run.log traces.tar.gz; do
+  [ -f "$work/$f" ] && cp "$work/$f" "$out/"
 done
