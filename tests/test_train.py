@@ -1,0 +1,75 @@
+"""scripts/train_resnet.py end to end on the bundled digits: learns, writes its files, resumes.
+
+Short runs at the digits' native 8x8 (40 steps of 32 per epoch, ~6 s each) keep the file
+under a minute on two CPU cores. Chance is 10%: a loader that mixed up labels and images
+could not pass 30%.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train_resnet.py"
+CHANCE_PLUS = 30.0  # % val top-1 that only a learning run reaches (chance: 10%)
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("train_resnet", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(script, *flags: str) -> dict:
+    tiny = ["--size", "8", "--batch-size", "32", "--max-steps", "40", "--device", "cpu"]
+    return script.main(script.get_args_parser().parse_args(tiny + list(flags)))
+
+
+def test_defaults_point_at_bundled_data(script) -> None:
+    args = script.get_args_parser().parse_args([])
+    assert args.arch == "resnet18" and args.lr is None and args.resume is None
+    for path in args.data + args.val:
+        assert Path(path).is_file(), path
+    assert script.get_args_parser().format_help()
+
+
+def test_train_resume_evaluate(script, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    first = run(script, "--epochs", "2", "--workers", "0", "--out-dir", str(out))
+    assert first["val_top1"] > CHANCE_PLUS, first
+    assert first["val_top5"] >= first["val_top1"]
+    assert json.loads((out / "args.json").read_text())["epochs"] == 2
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in lines] == [0, 1]
+    assert lines[-1]["loader"]["batches"] == 40 and lines[-1]["loader"]["epoch"] == 1
+    assert (out / "checkpoint.pt").is_file()
+
+    resumed = run(script, "--epochs", "3", "--workers", "0", "--resume", str(out / "checkpoint.pt"))
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in lines] == [0, 1, 2]  # continued, did not restart at 0
+    assert lines[-1]["loader"]["epoch"] == 2  # the loader was told: epoch 2's shuffle
+    ckpt = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert ckpt["epoch"] == 2 and ckpt["scheduler"]["last_epoch"] == 3 * 40
+    assert ckpt["classes"] == [str(d) for d in range(10)]
+
+    checked = run(script, "--workers", "0", "--resume", str(out / "checkpoint.pt"), "--evaluate")
+    assert checked["val_top1"] == pytest.approx(resumed["val_top1"], abs=0.3)
+    assert checked["val_top5"] == pytest.approx(resumed["val_top5"], abs=0.3)
+
+
+def test_train_with_a_worker_process(script, tmp_path: Path) -> None:
+    result = run(script, "--epochs", "2", "--workers", "1", "--out-dir", str(tmp_path))
+    assert result["val_top1"] > CHANCE_PLUS, result
+    assert 0 <= result["data_wait_pct"] <= 100 and result["img_per_s"] > 0
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["loader"]["workers"] for line in lines] == [1, 1]
+
+
+def test_evaluate_needs_a_checkpoint(script) -> None:
+    with pytest.raises(SystemExit):
+        run(script, "--evaluate")
