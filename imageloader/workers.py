@@ -625,6 +625,8 @@ class WorkerPool:
 
     def _abandon(self) -> None:
         """Forget the current and the lookahead epoch; their late messages free buffers."""
+        if self._epoch is not None:
+            self._finished = self._epoch  # its counts so far are what the loader reports
         for state in (self._epoch, self._next):
             if state is None:
                 continue

@@ -228,3 +228,17 @@ def test_repr_and_invalid_arguments(labeled_archive):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         loader.close()
+
+
+def test_stats_of_an_epoch_cut_short_are_its_own(tmp_path):
+    files = labeled_files(2, 12) + [("t/c00/bad.jpg", b"junk")]
+    path = write_archive(tmp_path / "a.tgz", files)
+    with raw_loader(path, batch_size=4, workers=1, train=False) as loader:
+        with pytest.warns(UserWarning):
+            list(loader)
+        assert loader.stats.skipped == {"undecodable": 1} and loader.stats.samples == 24
+        for i, _ in enumerate(loader):
+            if i == 1:
+                break
+        assert loader.stats.samples == 8 and loader.stats.batches == 2
+        assert loader.stats.skipped == {}  # the bad member is at the end: not reached
