@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import logging
 import random
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torchvision.ops import roi_align
 
 from .decode import Augment, Decoder, center_crop_geometry, random_resized_crop_box
 from .errors import SampleError
@@ -96,16 +97,20 @@ class GpuDecode:
         datas = [arena[int(arrays.offsets[s]):int(arrays.offsets[s] + arrays.lengths[s])]
                  for s in slots]
         images = self._decode_all(datas, slots, arrays)
-        kept = []
+        kept, by_size = [], defaultdict(list)
         for slot, image in zip(slots, images):
             if image is None:
                 continue
+            kept.append(slot)
             if isinstance(image, np.ndarray):  # decoded by Pillow after nvJPEG refused it
                 out[slot].copy_(torch.from_numpy(image))
+            elif self.augment.train:
+                by_size[tuple(image.shape)].append((slot, image))
             else:
-                out[slot].copy_(self._augment(image, int(arrays.seeds[slot])))
-            kept.append(slot)
-        self.counts["gpu_decoded"] += len(kept)
+                out[slot].copy_(self._center_crop(image))
+        for group in by_size.values():
+            self._random_resized_crops(group, arrays.seeds, out)
+        self.counts["gpu_decoded"] += len(kept) - sum(isinstance(i, np.ndarray) for i in images)
         return kept
 
     def _decode_all(self, datas, slots, arrays) -> list:
@@ -128,28 +133,40 @@ class GpuDecode:
             self.counts["fallback:gpu_refused"] += 1
             return pixels
 
-    def _augment(self, image: torch.Tensor, seed: int) -> torch.Tensor:
-        """(C, H, W) uint8 full image -> (H', W', C) uint8 crop, as the CPU path would make."""
-        rng = random.Random(seed)  # same draws, same order as decode.Decoder
-        height, width = image.shape[-2:]
-        out_hw = self.augment.size
-        x = image[None].float()
-        if self.augment.train:
+    def _random_resized_crops(self, group, seeds, out) -> None:
+        """Crop, resize and flip same-sized images with a handful of kernels, not per image.
+
+        roi_align samples each output pixel's area ceil(crop / output) times per axis and
+        averages bilinear samples: on downscaling that is an area filter where Pillow uses a
+        triangle; differences are a few levels, in a random augmentation.
+        """
+        boxes, flips = [], []
+        height, width = group[0][1].shape[-2:]
+        for i, (slot, _) in enumerate(group):
+            rng = random.Random(int(seeds[slot]))  # same draws, same order as decode.Decoder
             left, top, right, bottom = random_resized_crop_box(
                 (width, height), self.augment.scale, self.augment.ratio, rng)
-            flip = rng.random() < self.augment.flip
-            x = F.interpolate(x[..., top:bottom, left:right], size=out_hw, mode="bilinear",
-                              antialias=True, align_corners=False)
-        else:
-            new_w, new_h, left, top = center_crop_geometry((width, height), out_hw,
-                                                           self.augment.crop_fraction)
-            flip = False
-            x = F.interpolate(x, size=(new_h, new_w), mode="bilinear", antialias=True,
-                              align_corners=False)
-            x = x[..., top:top + out_hw[0], left:left + out_hw[1]]
-        if flip:
-            x = x.flip(-1)
-        return x[0].round_().clamp_(0, 255).to(torch.uint8).permute(1, 2, 0)
+            boxes.append((i, left, top, right, bottom))
+            flips.append(rng.random() < self.augment.flip)
+        stack = torch.stack([image for _, image in group]).float()
+        crops = roi_align(stack, torch.tensor(boxes, dtype=torch.float32, device=stack.device),
+                          output_size=self.augment.size, spatial_scale=1.0, sampling_ratio=-1,
+                          aligned=True)
+        flipped = torch.tensor(flips, device=stack.device).view(-1, 1, 1, 1)
+        crops = torch.where(flipped, crops.flip(-1), crops)
+        pixels = crops.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+        out[torch.tensor([slot for slot, _ in group], device=out.device)] = pixels
+
+    def _center_crop(self, image: torch.Tensor) -> torch.Tensor:
+        """torchvision's Resize + CenterCrop on one image, as the CPU eval path does."""
+        height, width = image.shape[-2:]
+        out_hw = self.augment.size
+        new_w, new_h, left, top = center_crop_geometry((width, height), out_hw,
+                                                       self.augment.crop_fraction)
+        x = F.interpolate(image[None].float(), size=(new_h, new_w), mode="bilinear",
+                          antialias=True, align_corners=False)
+        x = x[0, :, top:top + out_hw[0], left:left + out_hw[1]]
+        return x.round_().clamp_(0, 255).to(torch.uint8).permute(1, 2, 0)
 
     def take_counts(self) -> dict:
         counts, self.counts = dict(self.counts), Counter()
