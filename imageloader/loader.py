@@ -12,6 +12,7 @@ iteration, live across epochs, and stop on `close()`, on leaving a `with` block,
 """
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import random
@@ -53,6 +54,8 @@ class Options:
     formats: tuple[str, ...] = ALLOWED_FORMATS
     rank: int | None = None             # None: from torch.distributed if initialized
     world_size: int | None = None
+    uneven: str = "pad"                 # ranks with fewer batches repeat ("pad") or all
+                                        # ranks stop at the fewest full batches ("drop")
 
 
 @dataclass
@@ -70,6 +73,7 @@ class LoaderStats:
     inflate: str = ""
     workers: int = 0
     fallbacks: Counter = field(default_factory=Counter)  # decode="cuda": CPU-decoded, by why
+    padded: int = 0                     # batches repeated so that ranks take equal steps
 
     def as_dict(self) -> dict:
         out = dict(self.__dict__)
@@ -158,6 +162,9 @@ class ImageLoader:
         log.info("imageloader: decoding on %s", self.decode_name)
         self.stats = LoaderStats(decode=self.decode_name, workers=self.workers)
         self._next_epoch = 0
+        self._resume: dict | None = None
+        self._progress: _Progress | None = None
+        self._reader_skipped: Counter = Counter()
         self._length: int | None = None
         self._pool: BufferPool | None = None
         self._workers: WorkerPool | None = None
@@ -169,8 +176,8 @@ class ImageLoader:
     def prefetch(self) -> int:
         return self.prefetcher.prefetch
 
-    def images_per_epoch(self) -> int:
-        """Images this rank will see per epoch before decode failures (from the scan)."""
+    def _total_images(self) -> int:
+        """Images in all archives before decode failures (from the vocabulary scan)."""
         total = 0
         for src in self.sources:
             if hasattr(src, "read"):
@@ -179,13 +186,21 @@ class ImageLoader:
                                      inflate=self.options.inflate)
             total += sum(n for label, n in counts.items()
                          if label in self.vocab or self.options.unknown_labels == "raise")
-        share, extra = divmod(total, self.world_size)
+        return total
+
+    def images_per_epoch(self) -> int:
+        """Images this rank will see per epoch before decode failures (from the scan)."""
+        share, extra = divmod(self._total_images(), self.world_size)
         return share + (1 if self.rank < extra else 0)
 
     def __len__(self) -> int:
         if self._length is None:
-            n = self.images_per_epoch()
-            self._length = n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+            if self.world_size > 1:
+                self._length = self.steps_per_epoch()
+            else:
+                n = self.images_per_epoch()
+                self._length = n // self.batch_size if self.drop_last \
+                    else -(-n // self.batch_size)
         return self._length
 
     # ---- epochs ----------------------------------------------------------------------------
@@ -197,66 +212,128 @@ class ImageLoader:
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         epoch = self._next_epoch
         self._next_epoch += 1
-        return self._iterate(epoch)
+        resume, self._resume = self._resume, None
+        if resume is not None and resume["epoch"] != epoch:
+            resume = None  # set_epoch() moved away from the checkpoint's epoch
+        return self._iterate(epoch, resume)
 
-    def _iterate(self, epoch: int):
+    def _iterate(self, epoch: int, resume: dict | None = None):
         self._ensure_started()
         self.stats = LoaderStats(epoch=epoch, decode=self.decode_name, workers=self.workers,
                                  inflate=_inflater_name(self.sources, self.options))
+        progress = self._progress = _Progress.start(epoch, self.workers, resume)
+        self.stats.skipped.update(progress.skipped)
         started = time.perf_counter()
-        produced = self._produce(epoch)
+        metas: collections.deque = collections.deque()
+        produced = self._produce(epoch, resume, metas)
         wrap = Packed if self._gpu is not None else HostBatch.views
         batches = self.prefetcher.run(
             ((wrap(buf), release_batch(self._pool, buf)) for buf in produced))
+        steps = self.steps_per_epoch() if self.world_size > 1 else None
         try:
-            while True:
+            last = None
+            while steps is None or progress.batches < steps:
                 t0 = time.perf_counter()
                 item = next(batches, None)
                 self.stats.wait_s += time.perf_counter() - t0
                 if item is None:
-                    break
+                    if steps is None or last is None:
+                        break
+                    item = last  # this rank ran short: repeat, so collectives never hang
+                    self.stats.padded += 1
+                else:
+                    progress.delivered(metas.popleft(), self.stats)
+                last = item
+                progress.batches += 1
                 self.stats.batches += 1
                 self.stats.samples += len(item[1])
                 yield item
+            progress.finished = True
         finally:
             batches.close()
             produced.close()
             self.stats.seconds = time.perf_counter() - started
             self._collect_epoch_stats()
 
-    def _produce(self, epoch: int) -> Iterator[HostBatch]:
+    def _produce(self, epoch: int, resume: dict | None, metas) -> Iterator[HostBatch]:
         """Filled host buffers in order, from worker processes or from this process."""
-        source = self._workers.batches(epoch) if self._workers is not None \
-            else self._produce_here(epoch, self._archive_order(epoch))
+        source = self._workers.batches(epoch, resume) if self._workers is not None \
+            else self._produce_here(epoch, self._archive_order(epoch), resume)
         try:
             for buf in source:
                 if buf.count < self.batch_size and self.drop_last:
                     self._pool.release(buf)
                     continue
+                metas.append(dict(buf.meta))  # matched to the batch when the user gets it
                 yield buf
         finally:
             source.close()
 
-    def _produce_here(self, epoch: int, order: tuple[int, ...]) -> Iterator[HostBatch]:
-        skipped = self.stats.skipped
+    def _produce_here(self, epoch: int, order: tuple[int, ...],
+                      resume: dict | None) -> Iterator[HostBatch]:
         read_stats: dict = {}
-        tasks = self._plan().tasks(epoch, order, skipped, read_stats)
+        tasks = self._plan().tasks(epoch, order, self._reader_skipped, read_stats)
+        for _ in range(resume["consumed"][0] if resume else 0):
+            next(tasks, None)  # resuming mid-epoch: these made batches before the checkpoint
         try:
             while True:
                 buf = self._pool.lease()
-                buf.count = fill_batch(tasks, buf.arrays, self._fill,
+                skipped: Counter = Counter()
+                counted = _Counted(tasks)
+                buf.count = fill_batch(counted, buf.arrays, self._fill,
                                        on_error=self.options.on_error, skipped=skipped)
                 if self._gpu is not None:
-                    self.stats.fallbacks.update(self._fill.take_fallbacks())
+                    for reason, n in self._fill.take_fallbacks().items():
+                        skipped["fallback:" + reason] += n
+                buf.meta = {"worker": 0, "consumed": counted.n, "skipped": dict(skipped),
+                            "merged": False}
                 self.stats.bytes = read_stats.get("bytes", 0)
                 if buf.count == 0:
                     self._pool.release(buf)
+                    self._progress.add_skips(skipped, self.stats)
                     return
                 yield buf
                 if buf.count < self.batch_size:
                     return
         finally:
             tasks.close()
+
+    # ---- checkpoints and ranks -----------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """Where the loader is: resuming from it continues with exactly the batches that
+        were left (same order, augmentation and skip counts) for the same worker count and
+        world size. Between epochs it points at the start of the next one."""
+        progress = self._progress
+        if progress is None or progress.finished or progress.epoch != self._next_epoch - 1:
+            return {"version": 1, "config": self._config(), "epoch": self._next_epoch,
+                    "batches": 0, "next_k": 0, "consumed": [0] * max(self.workers, 1),
+                    "merged_done": 0, "skipped": {}}
+        return {"version": 1, "config": self._config(), **progress.as_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state_dict()`; a different configuration is a clear error."""
+        mine, theirs = self._config(), state.get("config", {})
+        differ = {k: (theirs.get(k), v) for k, v in mine.items() if theirs.get(k) != v}
+        if differ:
+            raise ValueError("cannot resume: the checkpoint's loader differs in " + ", ".join(
+                f"{k} (checkpoint {a!r}, now {b!r})" for k, (a, b) in differ.items()))
+        self._next_epoch = int(state["epoch"])
+        self._resume = state if state.get("batches", 0) else None
+
+    def _config(self) -> dict:
+        return {"workers": self.workers, "world_size": self.world_size, "rank": self.rank,
+                "batch_size": self.batch_size, "seed": self.seed, "drop_last": self.drop_last,
+                "shuffle_buffer": self.shuffle_buffer, "train": self.train,
+                "archives": [source_name(s) for s in self.sources]}
+
+    def steps_per_epoch(self) -> int:
+        """Batches every rank yields per epoch, equal across ranks (Options.uneven)."""
+        total = self._total_images()
+        low, high = total // self.world_size, -(-total // self.world_size)
+        if self.options.uneven == "drop" or self.drop_last:
+            return low // self.batch_size
+        return -(-high // self.batch_size)
 
     def _archive_order(self, epoch: int) -> tuple[int, ...]:
         order = list(range(len(self.sources)))
@@ -294,11 +371,11 @@ class ImageLoader:
 
     def _collect_epoch_stats(self) -> None:
         if self._workers is not None:
-            skipped, nbytes = self._workers.epoch_stats
-            for key, n in skipped.items():  # workers report CPU fallbacks with the skips
-                target = self.stats.fallbacks if key.startswith("fallback:") else self.stats.skipped
-                target[key.removeprefix("fallback:")] += n
+            reader_skipped, nbytes = self._workers.epoch_stats
+            _Progress(self.stats.epoch).add_skips(reader_skipped, self.stats)
             self.stats.bytes = nbytes or self.stats.bytes
+        self.stats.skipped.update(self._reader_skipped)
+        self._reader_skipped = Counter()
         if self._gpu is not None:
             for key, n in self._gpu.take_counts().items():
                 if key.startswith("dropped:"):
@@ -330,6 +407,62 @@ class ImageLoader:
         return (f"ImageLoader({len(self.sources)} archive(s), batch_size={self.batch_size}, "
                 f"train={self.train}, device={self.device}, workers={self.workers}, "
                 f"prefetch={self.prefetch}, {self.vocab!r})")
+
+
+class _Counted:
+    """An iterator that counts what it hands out: the tasks a batch consumed, failures too."""
+
+    def __init__(self, it):
+        self.it, self.n = it, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = next(self.it)
+        self.n += 1
+        return item
+
+
+@dataclass
+class _Progress:
+    """What the user has received of an epoch: enough to resume exactly there."""
+
+    epoch: int
+    batches: int = 0
+    next_k: int = 0                     # batch number after the last regular one delivered
+    consumed: list = field(default_factory=list)  # tasks of each worker's stream delivered
+    merged_done: int = 0
+    skipped: Counter = field(default_factory=Counter)   # decode skips of delivered batches
+    finished: bool = False
+
+    @classmethod
+    def start(cls, epoch: int, workers: int, resume: dict | None) -> "_Progress":
+        if resume is None:
+            return cls(epoch, consumed=[0] * max(workers, 1))
+        return cls(epoch, resume["batches"], resume["next_k"], list(resume["consumed"]),
+                   resume["merged_done"], Counter(resume["skipped"]))
+
+    def delivered(self, meta: dict, stats: LoaderStats) -> None:
+        if meta.get("merged"):
+            self.merged_done += 1
+        else:
+            self.consumed[meta["worker"]] += meta["consumed"]
+            self.next_k = meta.get("k", self.next_k) + 1 if "k" in meta else self.next_k
+        self.add_skips(meta.get("skipped", {}), stats)
+
+    def add_skips(self, skipped: dict, stats: LoaderStats) -> None:
+        for key, n in skipped.items():  # workers report CPU fallbacks with the skips
+            if key.startswith("fallback:"):
+                stats.fallbacks[key.removeprefix("fallback:")] += n
+            else:
+                self.skipped[key] += n
+                stats.skipped[key] += n
+
+    def as_dict(self) -> dict:
+        return {"epoch": self.epoch, "batches": self.batches, "next_k": self.next_k,
+                "consumed": list(self.consumed), "merged_done": self.merged_done,
+                "skipped": dict(self.skipped)}
 
 
 class _OnDevice:

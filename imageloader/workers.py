@@ -133,7 +133,7 @@ class _Channels:
     """Everything shared between the parent and its children."""
 
     tasks: list           # per worker: reader -> worker, chunks of tasks
-    orders: list          # per worker: parent -> worker, (gen, k, slot) fill orders
+    orders: list          # per worker: parent -> worker, (gen, k, slot, skip) fill orders
     results: Any          # children -> parent
     control: list        # per reader: parent -> reader, epochs to read
     generation: Any       # shared int: generations below it are abandoned
@@ -222,10 +222,10 @@ def worker_main(worker_id: int, decoder, on_error: str, layout, shm_names: list[
                 continue
             if order is None:
                 return
-            gen, k, slot = order
+            gen, k, slot, skip = order
             try:
                 _fill_order(worker_id, decoder, on_error, buffers[slot], stream, channels, note,
-                            gen, k, slot)
+                            gen, k, slot, skip)
             except BaseException as error:
                 _report_error(channels.results, gen, f"worker {worker_id}", error,
                               member=bytes(note.value).decode("utf-8", "replace"))
@@ -235,20 +235,40 @@ def worker_main(worker_id: int, decoder, on_error: str, layout, shm_names: list[
         _detach_all()
 
 
-def _fill_order(worker_id, decoder, on_error, buffer, stream, channels, note, gen, k, slot):
+def _fill_order(worker_id, decoder, on_error, buffer, stream, channels, note, gen, k, slot,
+                skip):
     skipped: Counter = Counter()
     if gen < channels.generation.value or stream.finished(gen):
-        channels.results.put(("done", gen, worker_id, k, slot, 0, True, {}))
+        channels.results.put(("done", gen, worker_id, k, slot, 0, True, {}, 0))
         return
     tasks = stream.tasks(gen, note)
-    count = fill_batch(tasks, buffer, decoder, on_error=on_error, skipped=skipped)
+    for _ in range(skip):  # resuming mid-epoch: these tasks made batches before the checkpoint
+        next(tasks, None)
+    counted = _Counted(tasks)
+    count = fill_batch(counted, buffer, decoder, on_error=on_error, skipped=skipped)
     for reason, n in getattr(decoder, "take_fallbacks", dict)().items():
         skipped["fallback:" + reason] += n  # decode="cuda": decoded here on the CPU instead
     # A full batch is not final even if the stream ends right after it: the worker's next
     # order will come back empty and final. Peeking here would hold this batch back until the
     # reader dealt this worker's next group.
     final = stream.finished(gen) or count < len(buffer.labels)
-    channels.results.put(("done", gen, worker_id, k, slot, count, final, dict(skipped)))
+    channels.results.put(("done", gen, worker_id, k, slot, count, final, dict(skipped),
+                          counted.n))
+
+
+class _Counted:
+    """An iterator that counts what it hands out: the tasks a batch consumed, failures too."""
+
+    def __init__(self, it):
+        self.it, self.n = it, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = next(self.it)
+        self.n += 1
+        return item
 
 
 class _TaskStream:
@@ -366,9 +386,11 @@ class _Epoch:
     partial: list = field(default_factory=list)     # (k, buffer) short final batches
     outstanding: int = 0                # orders sent and not yet answered
     readers_done: int = 0
-    skipped: Counter = field(default_factory=Counter)
+    skipped: Counter = field(default_factory=Counter)   # reader skips (decode skips: per batch)
     bytes: int = 0
     error: BaseException | None = None  # raised when this epoch is iterated
+    skip_tasks: dict = field(default_factory=dict)      # worker -> tasks to skip (resume)
+    merged_done: int = 0                # merged end-of-epoch batches already delivered
 
 
 class WorkerPool:
@@ -462,17 +484,24 @@ class WorkerPool:
 
     # ---- epochs ----------------------------------------------------------------------------
 
-    def batches(self, epoch: int) -> Iterator[Any]:
-        """Yield filled pool buffers (refs=1, `count` set) of one epoch, in batch order."""
+    def batches(self, epoch: int, resume: dict | None = None) -> Iterator[Any]:
+        """Yield filled pool buffers (refs=1, `count` set) of one epoch, in batch order.
+
+        Each buffer's `meta` says which worker filled it, how many tasks of that worker's
+        stream it consumed and what it skipped; `resume` (from those) continues an epoch.
+        """
         if self.closed:
             raise RuntimeError("the loader's workers are closed")
         order = tuple(self.order_of(epoch))
         ahead, self._next = self._next, None
-        if self._epoch is not None or (ahead and (ahead.epoch, ahead.order) != (epoch, order)):
+        if self._epoch is not None or resume is not None or (
+                ahead and (ahead.epoch, ahead.order) != (epoch, order)):
             self._next = ahead
             self._abandon()  # a second iterator, or set_epoch() moved away from the lookahead
             ahead = None
         state = self._epoch = ahead or self._begin(epoch, order)
+        if resume is not None:
+            self._resume(state, resume)
         if state.error is not None:
             raise state.error
         try:
@@ -480,6 +509,14 @@ class WorkerPool:
         finally:
             if self._epoch is state:
                 self._abandon()
+
+    def _resume(self, state: _Epoch, resume: dict) -> None:
+        if len(resume["consumed"]) != self.workers:
+            raise ValueError(f"the checkpoint was taken with {len(resume['consumed'])} "
+                             f"workers, this loader has {self.workers}")
+        state.next_k = state.assigned = int(resume["next_k"])
+        state.skip_tasks = {w: int(n) for w, n in enumerate(resume["consumed"]) if n}
+        state.merged_done = int(resume.get("merged_done", 0))
 
     def _begin(self, epoch: int, order: tuple) -> _Epoch:
         self._gen += 1
@@ -531,7 +568,8 @@ class WorkerPool:
             if buf is None:
                 return False
             buf.meta.update(gen=state.gen, k=state.assigned)
-            self.channels.orders[w].put((state.gen, state.assigned, buf.slot))
+            skip = state.skip_tasks.pop(w, 0)
+            self.channels.orders[w].put((state.gen, state.assigned, buf.slot, skip))
             state.outstanding += 1
             state.assigned += 1
 
@@ -582,17 +620,18 @@ class WorkerPool:
                 state.skipped.update(message[3])
                 state.bytes += message[4]
             return
-        _, _, worker, k, slot, count, final, skipped = message
+        _, _, worker, k, slot, count, final, skipped, consumed = message
         buf = self.pool.buffers[slot]
         if state is None:
             self.pool.release(buf)  # an order of an abandoned epoch: the buffer comes back
             return
         state.outstanding -= 1
-        state.skipped.update(skipped)
+        buf.meta.update(worker=worker, consumed=consumed, skipped=skipped, merged=False)
         if final and worker not in state.final:
             state.final[worker] = k
         buf.count = count
         if count == 0:
+            state.skipped.update(skipped)  # nothing to deliver: report with the epoch's end
             self.pool.release(buf)
         elif final and count < self.plan.batch_size:
             state.partial.append((k, buf))
@@ -604,6 +643,10 @@ class WorkerPool:
         parts = [buf for _, buf in sorted(state.partial, key=lambda item: item[0])]
         state.partial.clear()
         size = self.plan.batch_size
+        skipped: Counter = Counter()
+        for buf in parts:  # decode skips of the short batches travel with the first merged one
+            skipped.update(buf.meta.get("skipped", {}))
+        delivered = 0
         while parts:
             target = parts.pop(0)
             while target.count < size and parts:
@@ -616,6 +659,12 @@ class WorkerPool:
                 donor.count -= take
                 if donor.count == 0:
                     self.pool.release(parts.pop(0))
+            target.meta.update(merged=True, skipped=dict(skipped), consumed=0)
+            skipped = Counter()
+            delivered += 1
+            if delivered <= state.merged_done:  # resuming: delivered before the checkpoint
+                self.pool.release(target)
+                continue
             try:
                 yield target
             except GeneratorExit:

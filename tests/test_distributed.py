@@ -1,0 +1,136 @@
+"""Ranks and checkpoints: disjoint shares, equal steps, exact mid-epoch resume (CPU, gloo)."""
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from conftest import solid, write_archive
+from imageloader import ImageLoader, Options
+
+
+def numbered_archive(path, n: int, bad=()):
+    """PNG i is solid gray 10 + 3 i: every yielded image says which member it was."""
+    files = []
+    for i in range(n):
+        data = b"broken png" if i in bad else solid(10 + 3 * i, fmt="PNG", mode="L")
+        files.append((f"t/c{i % 3}/{i:03d}.png", data))
+    return write_archive(path, files)
+
+
+def ids(images: torch.Tensor) -> list[int]:
+    return [round((v - 10) / 3) for v in images.float().mean(dim=(1, 2, 3)).tolist()]
+
+
+def loader(path, **kw):
+    kw.setdefault("workers", 0)
+    return ImageLoader(path, batch_size=4, size=8, mode="L", device="cpu", normalize=False,
+                       seed=1, **kw)
+
+
+def collect(it):
+    return [(x.clone(), y.clone()) for x, y in it]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("cut", [1, 3, 7])
+def test_resume_mid_epoch_gives_exactly_the_batches_that_were_left(tmp_path, workers, cut):
+    path = numbered_archive(tmp_path / "a.tgz", 30, bad={2, 11, 12, 29})
+    with loader(path, workers=workers, train=True) as full:
+        with pytest.warns(UserWarning):
+            expected = collect(full)
+        expected_skips = dict(full.stats.skipped)
+    with loader(path, workers=workers, train=True) as first:
+        it = iter(first)
+        done = collect(next(it) for _ in range(cut))
+        state = first.state_dict()
+        del it
+    with loader(path, workers=workers, train=True) as second:
+        second.load_state_dict(state)
+        with pytest.warns(UserWarning):
+            rest = collect(second)
+        assert dict(second.stats.skipped) == expected_skips
+    got = done + rest
+    assert len(got) == len(expected)
+    for (a, b), (c, d) in zip(got, expected):
+        assert torch.equal(a, c) and torch.equal(b, d)  # same order, same crops and flips
+
+
+def test_state_between_epochs_points_at_the_next_one(tmp_path):
+    path = numbered_archive(tmp_path / "a.tgz", 12)
+    with loader(path) as first:
+        list(first)
+        state = first.state_dict()
+        assert state["epoch"] == 1 and state["batches"] == 0
+        epoch1 = collect(first)
+    with loader(path) as second:
+        second.load_state_dict(state)
+        again = collect(second)
+    assert all(torch.equal(a, c) for (a, _), (c, _) in zip(epoch1, again))
+
+
+def test_resume_with_another_configuration_is_an_error(tmp_path):
+    path = numbered_archive(tmp_path / "a.tgz", 12)
+    with loader(path) as first:
+        it = iter(first)
+        next(it)
+        state = first.state_dict()
+    with pytest.raises(ValueError, match="workers"):
+        loader(path, workers=1).load_state_dict(state)
+    with pytest.raises(ValueError, match="world_size"):
+        loader(path, options=Options(rank=0, world_size=2)).load_state_dict(state)
+
+
+@pytest.mark.parametrize("uneven, steps", [("pad", 4), ("drop", 3)])
+def test_ranks_take_equal_steps_and_see_every_sample_once(tmp_path, uneven, steps):
+    path = numbered_archive(tmp_path / "a.tgz", 25)  # shares of 13 and 12 images
+    seen = []
+    for rank in range(2):
+        with loader(path, workers=1, options=Options(rank=rank, world_size=2, uneven=uneven)
+                    ) as mine:
+            batches = collect(mine)
+            assert len(batches) == steps == len(mine)
+            seen.append(sum((ids(x) for x, _ in batches), []))
+    if uneven == "pad":  # rank 1 repeats a batch to match rank 0's four steps
+        assert sorted(set(seen[0]) | set(seen[1])) == list(range(25))
+        assert not set(seen[0]) & set(seen[1])
+    else:
+        assert len(seen[0]) == len(seen[1]) == 12 and not set(seen[0]) & set(seen[1])
+
+
+def _rank_main(rank: int, world: int, port: int, path: str, out: dict) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        with loader(path, workers=1) as mine:  # rank and world size from torch.distributed
+            for epoch in range(2):
+                got = sum((ids(x) for x, _ in mine), [])
+                steps = torch.tensor([len(mine)])
+                everyone = [torch.zeros(1, dtype=torch.long) for _ in range(world)]
+                dist.all_gather(everyone, steps)  # would hang if the step counts differed
+                out[(rank, epoch)] = (got, [int(t) for t in everyone])
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.timeout(120)
+def test_two_gloo_processes_split_every_epoch_exactly_once(tmp_path):
+    path = numbered_archive(tmp_path / "a.tgz", 22)
+    with mp.Manager() as manager:
+        out = manager.dict()
+        mp.spawn(_rank_main, args=(2, _free_port(), path, out), nprocs=2, join=True)
+        result = dict(out)
+    for epoch in range(2):
+        a, b = result[(0, epoch)][0], result[(1, epoch)][0]
+        assert sorted(a + b) == list(range(22)) and not set(a) & set(b)
+        assert result[(0, epoch)][1] == result[(1, epoch)][1] == [3, 3]
