@@ -250,6 +250,7 @@ class ImageLoader:
                 yield item
             progress.finished = True
         finally:
+            progress.closed = True  # ended or abandoned: iterating again starts the next epoch
             batches.close()
             produced.close()
             self.stats.seconds = time.perf_counter() - started
@@ -304,8 +305,10 @@ class ImageLoader:
         """Where the loader is: resuming from it continues with exactly the batches that
         were left (same order, augmentation and skip counts) for the same worker count and
         world size. Between epochs it points at the start of the next one."""
+        if self._resume is not None:  # loaded and not iterated yet: that is where we are
+            return dict(self._resume)
         progress = self._progress
-        if progress is None or progress.finished or progress.epoch != self._next_epoch - 1:
+        if progress is None or progress.closed or progress.epoch != self._next_epoch - 1:
             return {"version": 1, "config": self._config(), "epoch": self._next_epoch,
                     "batches": 0, "next_k": 0, "consumed": [0] * max(self.workers, 1),
                     "merged_done": 0, "skipped": {}}
@@ -435,6 +438,7 @@ class _Progress:
     merged_done: int = 0
     skipped: Counter = field(default_factory=Counter)   # decode skips of delivered batches
     finished: bool = False
+    closed: bool = False
 
     @classmethod
     def start(cls, epoch: int, workers: int, resume: dict | None) -> "_Progress":

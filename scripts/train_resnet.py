@@ -24,8 +24,10 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torchvision
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from imageloader import ImageLoader, Normalize
@@ -81,14 +83,35 @@ def get_args_parser() -> argparse.ArgumentParser:
     a("--profile", action="store_true", help="chrome trace of steps 5-9 to out-dir/trace.json")
     a("--max-steps", type=int, default=None, help="stop each epoch after this many steps")
     a("--log-every", type=int, default=10, help="steps between loss syncs for the progress bar")
+    a("--save-every", type=int, default=0, help="also checkpoint every N steps mid-epoch "
+      "(with the loader's position: --resume continues with exactly the batches left)")
     return p
 
 
 # ---- setup ---------------------------------------------------------------------------------
 
 
+def setup_distributed() -> tuple[int, int, int]:
+    """Under torchrun: join the process group. Returns (rank, world size, local rank)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, 1, 0
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local)  # this rank's GPU only: no context on GPU 0 from rank 1
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return dist.get_rank(), world, local
+
+
+def is_main() -> bool:
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
 def resolve(args) -> tuple[torch.device, dict | None]:
     """Fill the device-dependent defaults in place; load the checkpoint if resuming."""
+    args.rank, args.world_size, local = setup_distributed()
+    if args.world_size > 1 and torch.cuda.is_available():
+        args.device = f"cuda:{local}"
     device = torch.device(args.device) if args.device else \
         torch.device("cuda" if torch.cuda.is_available() else "cpu")
     args.device, cuda = str(device), device.type == "cuda"
@@ -156,7 +179,16 @@ def build_optimizer(model, steps_per_epoch: int, args):
 # ---- train and evaluate --------------------------------------------------------------------
 
 
-def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=None) -> dict:
+def summed(*values: torch.Tensor) -> list[float]:
+    """Sum over ranks (one all_reduce), then read on the host: this synchronizes."""
+    stacked = torch.stack([v.double() for v in values])
+    if dist.is_initialized():
+        dist.all_reduce(stacked)
+    return stacked.tolist()
+
+
+def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=None,
+                    save=None) -> dict:
     model.train()
     steps = min(len(loader), args.max_steps or len(loader))
     device = loader.device
@@ -166,10 +198,11 @@ def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=
     correct = torch.zeros((), device=device, dtype=torch.long)
     seen, wait_s, start = 0, 0.0, time.perf_counter()
     bar = tqdm(total=steps * loader.batch_size, desc=f"epoch {epoch}", unit="img",
-               leave=False, disable=None, dynamic_ncols=True)
+               leave=False, disable=None if is_main() else True, dynamic_ncols=True)
+    first = loader.state_dict()["batches"]  # > 0 when resuming mid-epoch
     batches = iter(loader)
     try:
-        for step in range(steps):
+        for step in range(first, steps):
             t0 = time.perf_counter()
             batch = next(batches, None)  # host time blocked on data (decode, or CPU transfer)
             wait_s += time.perf_counter() - t0
@@ -189,6 +222,8 @@ def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=
             bar.update(len(labels))
             if profiler is not None:
                 profiler.step()
+            if save is not None and args.save_every and (step + 1) % args.save_every == 0:
+                save(epoch, loader.state_dict())
             if (step + 1) % args.log_every == 0 and not bar.disable:
                 # This .item() synchronizes: once per --log-every steps, not every step.
                 bar.set_postfix(loss=f"{loss_sum.item() / seen:.3f}",
@@ -196,10 +231,12 @@ def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=
     finally:
         batches.close()  # ends the epoch in the loader (and finalizes loader.stats)
         bar.close()
-    # These .item()s synchronize: the epoch's time below includes all its queued GPU work.
-    loss, acc = loss_sum.item() / max(seen, 1), 100 * correct.item() / max(seen, 1)
+    # This synchronizes: the epoch's time below includes all its queued GPU work.
+    loss_total, correct_total, seen_total = summed(loss_sum, correct,
+                                                   torch.tensor(seen, device=device))
+    loss, acc = loss_total / max(seen_total, 1), 100 * correct_total / max(seen_total, 1)
     seconds = time.perf_counter() - start
-    return {"train_loss": loss, "train_acc": acc, "img_per_s": seen / seconds,
+    return {"train_loss": loss, "train_acc": acc, "img_per_s": seen_total / seconds,
             "data_wait_pct": 100 * wait_s / seconds, "seconds": seconds,
             "lr": sched.get_last_lr()[0]}
 
@@ -216,20 +253,33 @@ def evaluate(model, loader, args) -> dict:
         top = logits.topk(min(5, logits.shape[1]), dim=1).indices == labels[:, None]
         hits += torch.stack([top[:, 0].sum(), top.any(dim=1).sum()])
         seen += len(labels)
-    top1, top5 = hits.tolist()  # this .tolist() synchronizes, once per evaluation
+    # Summed over ranks; this synchronizes, once per evaluation.
+    top1, top5, seen = summed(hits[0], hits[1], torch.tensor(seen, device=device))
     return {"val_top1": 100 * top1 / max(seen, 1), "val_top5": 100 * top5 / max(seen, 1)}
 
 
 # ---- files ---------------------------------------------------------------------------------
 
 
-def save_checkpoint(path: Path, model, opt, sched, epoch: int, args, classes) -> None:
-    state = {"model": model.state_dict(), "optimizer": opt.state_dict(),
+def save_checkpoint(path: Path, model, opt, sched, epoch: int, args, classes,
+                    loader_state: dict | None = None) -> None:
+    """`epoch` is the last finished epoch; with `loader_state` it is the one in progress."""
+    loaders = [loader_state]
+    if dist.is_initialized():  # every rank's position, so each can resume its own share
+        loaders = [None] * dist.get_world_size()
+        dist.all_gather_object(loaders, loader_state)
+    if not is_main():
+        return
+    state = {"model": unwrap(model).state_dict(), "optimizer": opt.state_dict(),
              "scheduler": sched.state_dict(), "epoch": epoch, "args": jsonable(vars(args)),
-             "classes": list(classes)}
+             "classes": list(classes), "loaders": loaders if loader_state else None}
     tmp = path.with_suffix(".tmp")
     torch.save(state, tmp)
     os.replace(tmp, path)  # atomic: a crash while saving keeps the previous checkpoint
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    return model.module if isinstance(model, DistributedDataParallel) else model
 
 
 def jsonable(d: dict) -> dict:
@@ -266,8 +316,9 @@ def main(args) -> dict:
     if args.evaluate:
         with build_loader(args.val, args, device, train=False, vocab=classes) as val:
             metrics = evaluate(make_model(args, len(val.vocab), ckpt, device), val, args)
-        print(f"{args.resume} (epoch {ckpt['epoch']}): val top-1 {metrics['val_top1']:.2f}%  "
-              f"top-5 {metrics['val_top5']:.2f}%")
+        if is_main():
+            print(f"{args.resume} (epoch {ckpt['epoch']}): val top-1 "
+                  f"{metrics['val_top1']:.2f}%  top-5 {metrics['val_top5']:.2f}%")
         return metrics
     with build_loader(args.data, args, device, train=True, vocab=classes) as train, \
             build_loader(args.val, args, device, train=False, vocab=train.vocab) as val:
@@ -280,12 +331,17 @@ def make_model(args, num_classes: int, ckpt: dict | None, device) -> nn.Module:
     if ckpt:
         model.load_state_dict(ckpt["model"])
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
-    return model.to(device, memory_format=fmt)
+    model = model.to(device, memory_format=fmt)
+    if dist.is_initialized():
+        model = DistributedDataParallel(model, device_ids=[device.index] if device.index
+                                        is not None else None)
+    return model
 
 
 def fit(model, train, val, ckpt, out_dir: Path, args) -> dict:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "args.json").write_text(json.dumps(jsonable(vars(args)), indent=1) + "\n")
+    if is_main():
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "args.json").write_text(json.dumps(jsonable(vars(args)), indent=1) + "\n")
     steps = min(len(train), args.max_steps or len(train))
     opt, sched = build_optimizer(model, steps, args)
     start = 0
@@ -294,26 +350,39 @@ def fit(model, train, val, ckpt, out_dir: Path, args) -> dict:
         sched.load_state_dict(ckpt["scheduler"])
         start = ckpt["epoch"] + 1
         train.set_epoch(start)  # the shuffle and augmentation of epoch `start`, not of epoch 0
+        if ckpt.get("loaders"):  # saved mid-epoch: continue with exactly the batches left
+            train.load_state_dict(ckpt["loaders"][args.rank])
+            start = ckpt["epoch"]
     compiled = torch.compile(model) if args.compile else model
     criterion = nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
-    print(f"{args.arch} on {train.device}: {len(train.vocab)} classes, {steps} steps/epoch of "
-          f"{args.batch_size}, lr {args.lr:g} (effective peak), amp {args.amp}, "
-          f"epochs {start}..{args.epochs - 1}, out {out_dir}")
-    tqdm.write(HEADER)
+    say = print if is_main() else (lambda *a, **k: None)
+    say(f"{args.arch} on {train.device} x {args.world_size} rank(s): {len(train.vocab)} "
+        f"classes, {steps} steps/epoch of {args.batch_size}, lr {args.lr:g} (effective "
+        f"peak), amp {args.amp}, epochs {start}..{args.epochs - 1}, out {out_dir}")
+    say(HEADER)
     metrics: dict = {}
+
+    def save_mid_epoch(epoch: int, loader_state: dict) -> None:
+        save_checkpoint(out_dir / "checkpoint.pt", model, opt, sched, epoch, args,
+                        train.vocab.classes, loader_state)
+
     for epoch in range(start, args.epochs):
-        profiling = args.profile and epoch == start
+        profiling = args.profile and epoch == start and is_main()
         with make_profiler(out_dir) if profiling else nullcontext() as prof:
-            metrics = train_one_epoch(compiled, train, opt, sched, criterion, epoch, args, prof)
+            metrics = train_one_epoch(compiled, train, opt, sched, criterion, epoch, args, prof,
+                                      save_mid_epoch)
         metrics.update(evaluate(compiled, val, args), epoch=epoch)
-        tqdm.write(ROW.format(epoch, *(f"{metrics[k]:.{p}f}" for k, p in (
+        say(ROW.format(epoch, *(f"{metrics[k]:.{p}f}" for k, p in (
             ("train_loss", 4), ("train_acc", 2), ("val_top1", 2), ("val_top5", 2),
             ("img_per_s", 0), ("data_wait_pct", 1), ("seconds", 1)))))
-        with open(out_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps({**metrics, "loader": train.stats.as_dict(),
-                                "val_loader": val.stats.as_dict()}) + "\n")
+        if is_main():
+            with open(out_dir / "metrics.jsonl", "a") as f:
+                f.write(json.dumps({**metrics, "loader": train.stats.as_dict(),
+                                    "val_loader": val.stats.as_dict()}) + "\n")
         save_checkpoint(out_dir / "checkpoint.pt", model, opt, sched, epoch, args,
                         train.vocab.classes)
+    if dist.is_initialized():
+        dist.destroy_process_group()
     return {**metrics, "out_dir": str(out_dir)}
 
 

@@ -73,3 +73,32 @@ def test_train_with_a_worker_process(script, tmp_path: Path) -> None:
 def test_evaluate_needs_a_checkpoint(script) -> None:
     with pytest.raises(SystemExit):
         run(script, "--evaluate")
+
+
+def test_mid_epoch_checkpoint_resumes_with_the_batches_left(script, tmp_path, monkeypatch):
+    """--save-every stores the loader's position; a run cut there continues exactly."""
+    train = script
+    out = tmp_path / "run"
+    args = train.get_args_parser().parse_args(
+        ["--epochs", "1", "--max-steps", "6", "--save-every", "2", "--size", "8",
+         "--workers", "0", "--batch-size", "16", "--device", "cpu", "--out-dir", str(out)])
+    saved = []
+    real_save = train.save_checkpoint
+
+    def keep_mid_epoch(path, *rest, **kw):
+        real_save(path, *rest, **kw)
+        if len(rest) > 6 and rest[6] is not None:  # mid-epoch: the loader state is given
+            saved.append(torch.load(path, weights_only=True))
+
+    monkeypatch.setattr(train, "save_checkpoint", keep_mid_epoch)
+    train.main(args)
+    monkeypatch.setattr(train, "save_checkpoint", real_save)
+    assert [c["loaders"][0]["batches"] for c in saved] == [2, 4, 6]
+    torch.save(saved[1], out / "mid.pt")  # as if the run had died after step 4
+    resumed = train.get_args_parser().parse_args(
+        ["--resume", str(out / "mid.pt"), "--epochs", "1", "--max-steps", "6", "--workers", "0",
+         "--batch-size", "16", "--device", "cpu", "--out-dir", str(tmp_path / "resumed")])
+    metrics = train.main(resumed)
+    assert metrics["epoch"] == 0
+    lines = (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1])["loader"]["batches"] == 2  # steps 5 and 6: what was left
