@@ -76,7 +76,7 @@ class GpuDecode:
         keep = self._copy_cpu_decoded(buf, out) + self._decode_packed(arrays, out, n)
         labels = buf.labels[:n].to(self.device, non_blocking=True)
         if len(keep) < n:  # images neither nvJPEG nor Pillow could decode: drop, counted
-            index = torch.tensor(sorted(keep), device=self.device)
+            index = self._small(sorted(keep), torch.long)
             out, labels = out[index], labels[index]
         images = out.permute(0, 3, 1, 2)  # NCHW view of NHWC memory: channels_last
         if self.normalize is not None:
@@ -149,13 +149,20 @@ class GpuDecode:
             boxes.append((i, left, top, right, bottom))
             flips.append(rng.random() < self.augment.flip)
         stack = torch.stack([image for _, image in group]).float()
-        crops = roi_align(stack, torch.tensor(boxes, dtype=torch.float32, device=stack.device),
-                          output_size=self.augment.size, spatial_scale=1.0, sampling_ratio=-1,
-                          aligned=True)
-        flipped = torch.tensor(flips, device=stack.device).view(-1, 1, 1, 1)
+        crops = roi_align(stack, self._small(boxes, torch.float32), output_size=self.augment.size,
+                          spatial_scale=1.0, sampling_ratio=-1, aligned=True)
+        flipped = self._small(flips, torch.bool).view(-1, 1, 1, 1)
         crops = torch.where(flipped, crops.flip(-1), crops)
         pixels = crops.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
-        out[torch.tensor([slot for slot, _ in group], device=out.device)] = pixels
+        out[self._small([slot for slot, _ in group], torch.long)] = pixels
+
+    def _small(self, values, dtype) -> torch.Tensor:
+        """A small host list on the device without a hidden sync: torch.tensor(..., device=
+        "cuda") copies from pageable memory, which waits for the stream; pinned does not."""
+        tensor = torch.tensor(values, dtype=dtype)
+        if self.device.type != "cuda":
+            return tensor
+        return tensor.pin_memory().to(self.device, non_blocking=True)
 
     def _center_crop(self, image: torch.Tensor) -> torch.Tensor:
         """torchvision's Resize + CenterCrop on one image, as the CPU eval path does."""
