@@ -586,11 +586,18 @@ class WorkerPool:
                 and state.readers_done == self.readers and not state.ready)
 
     def _receive(self, state: _Epoch) -> None:
+        """Wait for a worker message, or for a buffer to come back from its copy."""
         deadline = time.monotonic() + self.timeout
         while True:
+            # When every order has been answered, no message can come: what we wait for is a
+            # buffer whose host->device copy (its CUDA event) is still running. Poll for it
+            # often, so the collector goes back to assigning as soon as one is free.
+            idle = self._outstanding() == 0
             try:
-                message = self.channels.results.get(timeout=_POLL)
+                message = self.channels.results.get(timeout=0.002 if idle else _POLL)
             except queue.Empty:
+                if self.pool.free:
+                    return
                 self._check_alive()
                 if time.monotonic() > deadline:
                     raise WorkerError(self._hang_message())
@@ -600,6 +607,9 @@ class WorkerPool:
             if state.error is not None:
                 raise state.error
             return
+
+    def _outstanding(self) -> int:
+        return sum(s.outstanding for s in (self._epoch, self._next) if s is not None)
 
     def _state_of(self, gen: int) -> _Epoch | None:
         for state in (self._epoch, self._next):

@@ -242,3 +242,32 @@ def test_stats_of_an_epoch_cut_short_are_its_own(tmp_path):
                 break
         assert loader.stats.samples == 8 and loader.stats.batches == 2
         assert loader.stats.skipped == {}  # the bad member is at the end: not reached
+
+
+class _LateEvent:
+    """A copy event that completes a little later, like a GPU copy behind other work."""
+
+    def __init__(self, delay: float):
+        import time
+        self.at = time.monotonic() + delay
+
+    def query(self):
+        import time
+        return time.monotonic() >= self.at
+
+    def synchronize(self):
+        import time
+        time.sleep(max(0.0, self.at - time.monotonic()))
+
+
+def test_buffers_freed_by_late_copy_events_keep_the_workers_busy(tmp_path, monkeypatch):
+    """All orders answered and every buffer waiting on a copy event: no worker message can
+    come, so the collector must wait for the events, not for messages (it once hung)."""
+    import imageloader.loader as loader_module
+    path = write_archive(tmp_path / "a.tgz", labeled_files(4, 16, size=(12, 10)))
+    monkeypatch.setattr(loader_module, "release_batch", lambda pool, buf: (
+        lambda event: pool.release(buf, after=_LateEvent(0.05))))
+    with raw_loader(path, batch_size=2, workers=2, prefetch=1, size=8,
+                    options=Options(timeout=10)) as loader:
+        for _ in range(2):
+            assert len(collect(loader)[1]) == 64
