@@ -8,7 +8,7 @@ tests=${1:-tests}; shift || true
 mkdir -p "$out"
 if compgen -G ".whl/*.whl" > /dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+    --target "$PWD/.cache/site" .whl/*.whl && export PYTHONPATH="$PWD/.cache/site"
 fi
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

@@ -10,20 +10,20 @@ set -uo pipefail
 out=${1:-bench-out}
 work=$(mktemp -d)
 mkdir -p "$out"
-data=/tmp/bench/imagenet-like.tgz
+data=${BENCH_DATA:-bench-data}/imagenet-like.tgz  # built by bench.py if missing
 {
 bash scripts/gpu_checks.sh "$work" \
   "tests/test_prefetch.py tests/test_loader.py tests/test_gpudecode.py tests/test_timeline.py tests/test_parallel.py tests/test_train.py" \
   --archive "$data" --models resnet50,resnet18 --prefetch 0,1,2,4 --decode cpu,cuda \
   --steps 50 --warmup 10 --max-seconds 20 --trace "$work/trace.json"
-export PYTHONPATH="/tmp/site:$PWD"
+export PYTHONPATH="$PWD/.cache/site:$PWD"
 python3 scripts/plot_timeline.py "$work/trace-p0-resnet50.json" \
   --compare "$work/trace-p2-resnet50.json" --labels "prefetch=0" "prefetch=2" \
   --out "$work/timeline.png" --title "ResNet-50 training steps" 2>&1 | tail -20
 python3 scripts/bench_h2d.py --out "$work/h2d.json" 2>&1 | tail -12
 for p in 0 2; do
   echo "== train_resnet.py --prefetch $p"
-  python3 scripts/train_resnet.py --data "$data" --val /tmp/bench/imagenet-like-shard-00000.tgz \
+  python3 scripts/train_resnet.py --data "$data" --val "${data%.tgz}-shard-00000.tgz" \
     --arch resnet50 --size 224 --batch-size 256 --epochs 1 --max-steps 40 --prefetch $p \
     --out-dir "$work/train-p$p" 2>&1 | grep -v "it/s\]$" | tail -4
 done
