@@ -105,6 +105,21 @@ def schedule(samples: Iterable[Sample], *, seed: int, epoch: int, shuffle_buffer
         yield Task(augment_seed(seed, epoch, position * 64 + stream), sample)
 
 
+class Counted:
+    """An iterator that counts what it hands out: the tasks a batch consumed, failures too."""
+
+    def __init__(self, it):
+        self.it, self.n = it, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = next(self.it)
+        self.n += 1
+        return item
+
+
 def take_share(samples: Iterable[T], rank: int, world_size: int) -> Iterator[T]:
     """Every `world_size`-th sample starting at `rank`: disjoint shares that cover the stream."""
     for ordinal, sample in enumerate(samples):

@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 
-from .batch import fill_batch
+from .batch import Counted, fill_batch
 from .decode import ALLOWED_FORMATS, Augment, Decoder, JpegPacker
 from .gpudecode import GpuDecode, Packed, find_jpeg_decoder
 from .errors import Limits, check_policy
@@ -280,7 +280,7 @@ class ImageLoader:
             while True:
                 buf = self._pool.lease()
                 skipped: Counter = Counter()
-                counted = _Counted(tasks)
+                counted = Counted(tasks)
                 buf.count = fill_batch(counted, buf.arrays, self._fill,
                                        on_error=self.options.on_error, skipped=skipped)
                 if self._gpu is not None:
@@ -410,21 +410,6 @@ class ImageLoader:
         return (f"ImageLoader({len(self.sources)} archive(s), batch_size={self.batch_size}, "
                 f"train={self.train}, device={self.device}, workers={self.workers}, "
                 f"prefetch={self.prefetch}, {self.vocab!r})")
-
-
-class _Counted:
-    """An iterator that counts what it hands out: the tasks a batch consumed, failures too."""
-
-    def __init__(self, it):
-        self.it, self.n = it, 0
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        item = next(self.it)
-        self.n += 1
-        return item
 
 
 @dataclass

@@ -45,7 +45,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .batch import Task, fill_batch, schedule, take_share, views_of
+from .batch import Counted, Task, fill_batch, schedule, take_share, views_of
 from .errors import ArchiveError, Limits
 from .read import iter_members, iter_samples
 
@@ -244,7 +244,7 @@ def _fill_order(worker_id, decoder, on_error, buffer, stream, channels, note, ge
     tasks = stream.tasks(gen, note)
     for _ in range(skip):  # resuming mid-epoch: these tasks made batches before the checkpoint
         next(tasks, None)
-    counted = _Counted(tasks)
+    counted = Counted(tasks)
     count = fill_batch(counted, buffer, decoder, on_error=on_error, skipped=skipped)
     for reason, n in getattr(decoder, "take_fallbacks", dict)().items():
         skipped["fallback:" + reason] += n  # decode="cuda": decoded here on the CPU instead
@@ -254,21 +254,6 @@ def _fill_order(worker_id, decoder, on_error, buffer, stream, channels, note, ge
     final = stream.finished(gen) or count < len(buffer.labels)
     channels.results.put(("done", gen, worker_id, k, slot, count, final, dict(skipped),
                           counted.n))
-
-
-class _Counted:
-    """An iterator that counts what it hands out: the tasks a batch consumed, failures too."""
-
-    def __init__(self, it):
-        self.it, self.n = it, 0
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        item = next(self.it)
-        self.n += 1
-        return item
 
 
 class _TaskStream:
