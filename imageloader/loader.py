@@ -51,6 +51,8 @@ class Options:
     timeout: float = 300.0              # seconds without any batch before erroring out
     lookahead: bool = True              # start reading epoch e+1 as soon as e is fully read
     arena_per_image: int = 192 << 10    # decode="cuda": packed JPEG bytes per batch slot
+    ring_bytes: int | None = None       # per worker, shared memory for member bytes in transit
+                                        # (None: ~2.5 batches of them; 0: send through pipes)
     formats: tuple[str, ...] = ALLOWED_FORMATS
     rank: int | None = None             # None: from torch.distributed if initialized
     world_size: int | None = None
@@ -368,9 +370,22 @@ class ImageLoader:
                                        order_of=self._archive_order,
                                        on_error=self.options.on_error,
                                        timeout=self.options.timeout, stream_sources=streams,
-                                       lookahead=self.options.lookahead)
+                                       lookahead=self.options.lookahead,
+                                       ring_bytes=self._ring_bytes())
         self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._pool,
                                            self.prefetcher)
+
+    def _ring_bytes(self) -> int:
+        """Each worker's byte ring holds ~2.5 batches of compressed members (mean from the
+        archive sizes over the scanned image count)."""
+        if self.options.ring_bytes is not None:
+            return self.options.ring_bytes
+        paths = [s for s in self.sources if not hasattr(s, "read")]
+        try:
+            mean = sum(os.path.getsize(p) for p in paths) / max(self._total_images(), 1)
+        except (TypeError, OSError):
+            mean = 256 << 10
+        return int(min(max(2.5 * self.batch_size * mean, 8 << 20), 1 << 30))
 
     def _collect_epoch_stats(self) -> None:
         if self._workers is not None:

@@ -41,7 +41,7 @@ import types
 from collections import Counter
 from dataclasses import dataclass, field
 from multiprocessing import shared_memory
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 
@@ -138,6 +138,86 @@ class _Channels:
     control: list        # per reader: parent -> reader, epochs to read
     generation: Any       # shared int: generations below it are abandoned
     members: list         # per worker: bytes naming the member being decoded
+    tails: Any = None     # per worker: how far it has read its byte ring
+    rings: list = field(default_factory=list)  # per worker: shared-memory name of its ring
+    ring_size: int = 0
+
+
+class RingRef(NamedTuple):
+    """Where a member's bytes wait in its worker's ring: logical position and length."""
+
+    pos: int
+    length: int
+
+    @property
+    def end(self) -> int:
+        return self.pos + self.length
+
+
+class RingWriter:
+    """The reader's side of the per-worker byte rings (one producer, one consumer each).
+
+    Member bytes go into shared memory instead of through a pipe: pickling them, writing them
+    into a pipe and reading them back cost four copies and a GIL-bound feeder thread per
+    worker in the reader; this is one copy, and the queues carry only small descriptors.
+    A worker publishes how far it has read (`tails`); the reader never overwrites unread bytes.
+    """
+
+    def __init__(self, names: list[str], size: int, tails):
+        self.size, self.tails = size, tails
+        self.rings = {w: _open_segment(name) for w, name in enumerate(names)}
+        self.heads = {w: int(tails[w]) for w in self.rings}
+
+    def put(self, worker: int, data: bytes, abandoned) -> RingRef | bytes | None:
+        """A ref to the copied bytes; the bytes themselves if too large for the ring; None if
+        the epoch was abandoned while waiting for space."""
+        n = len(data)
+        if n > self.size // 4:
+            return data  # a huge member travels inline, pickled
+        pos = self.heads[worker]
+        if pos % self.size + n > self.size:
+            pos += self.size - pos % self.size  # never straddle the end: wrap to the start
+        while pos + n - self.tails[worker] > self.size:
+            if abandoned():
+                return None
+            time.sleep(0.0005)  # the worker is a batch behind: wait for it to read
+        start = pos % self.size
+        self.rings[worker].buf[start:start + n] = data
+        self.heads[worker] = pos + n
+        return RingRef(pos, n)
+
+    def close(self) -> None:
+        for ring in self.rings.values():
+            with contextlib.suppress(Exception):
+                ring.close()
+
+
+class RingReader:
+    """A worker's side of its ring: copies member bytes out and publishes its read position."""
+
+    def __init__(self, name: str | None, size: int, tails, worker: int):
+        self.ring = _open_segment(name) if name else None
+        self.size, self.tails, self.worker = size, tails, worker
+
+    def take(self, task: Task) -> Task:
+        ref = task.sample.data
+        if not isinstance(ref, RingRef):
+            return task
+        start = ref.pos % self.size
+        data = bytes(self.ring.buf[start:start + ref.length])
+        self.tails[self.worker] = ref.end  # copied: the reader may reuse that space now
+        return Task(task.seed, task.sample._replace(data=data))
+
+    def drop(self, tasks) -> None:
+        """Tasks that will never be decoded (an abandoned epoch): free their bytes."""
+        ends = [t.sample.data.end for t in tasks if isinstance(t.sample.data, RingRef)]
+        if ends:
+            self.tails[self.worker] = max(max(ends), self.tails[self.worker])
+
+    def close(self) -> None:
+        if self.ring is not None:
+            with contextlib.suppress(Exception):
+                self.ring.close()
 
 
 def _ignore_interrupts() -> None:
@@ -156,32 +236,45 @@ def reader_main(reader_id: int, plan: ReadPlan, channels: _Channels, worker_ids:
     if not in_thread:
         _ignore_interrupts()
     control = channels.control[reader_id]
-    while True:
-        try:
-            message = control.get(timeout=1.0)
-        except queue.Empty:
-            if not in_thread and not _parent_alive(parent_pid):
+    rings = RingWriter(channels.rings, channels.ring_size, channels.tails) \
+        if channels.rings else None
+    try:
+        while True:
+            try:
+                message = control.get(timeout=1.0)
+            except queue.Empty:
+                if not in_thread and not _parent_alive(parent_pid):
+                    return
+                continue
+            if message is None:
                 return
-            continue
-        if message is None:
-            return
-        gen, epoch, order = message
-        try:
-            _read_epoch(reader_id, plan, channels, worker_ids, gen, epoch, order)
-        except BaseException as error:  # reported to the parent, which raises it in the loop
-            _report_error(channels.results, gen, f"reader {reader_id}", error)
+            gen, epoch, order = message
+            try:
+                _read_epoch(reader_id, plan, channels, worker_ids, gen, epoch, order, rings)
+            except BaseException as error:  # reported to the parent, raised in the loop
+                _report_error(channels.results, gen, f"reader {reader_id}", error)
+    finally:
+        if rings is not None:
+            rings.close()
 
 
-def _read_epoch(reader_id, plan, channels, worker_ids, gen, epoch, order) -> None:
+def _read_epoch(reader_id, plan, channels, worker_ids, gen, epoch, order, rings) -> None:
     skipped: Counter = Counter()
     stats: dict = {}
     chunks: dict[int, list] = {w: [] for w in worker_ids}
     n_workers = len(worker_ids)
     current = channels.generation
+
+    def abandoned() -> bool:
+        return gen < current.value
+
     for position, task in enumerate(plan.tasks(epoch, order, skipped, stats, reader_id)):
         worker = worker_ids[(position // plan.batch_size) % n_workers]
+        data = rings.put(worker, task.sample.data, abandoned) if rings else task.sample.data
+        if data is None:
+            return  # the epoch was abandoned
         chunk = chunks[worker]
-        chunk.append(task)
+        chunk.append(Task(task.seed, task.sample._replace(data=data)))
         if len(chunk) == CHUNK or (position + 1) % plan.batch_size == 0:
             if not _put(channels.tasks[worker], (gen, chunk), current, gen):
                 return  # the epoch was abandoned
@@ -210,7 +303,9 @@ def worker_main(worker_id: int, decoder, on_error: str, layout, shm_names: list[
     """Fill batch buffers on order, from this worker's stream of tasks."""
     _ignore_interrupts()
     buffers = _attach(shm_names, layout)
-    stream = _TaskStream(worker_id, channels)
+    ring = RingReader(channels.rings[worker_id] if channels.rings else None,
+                      channels.ring_size, channels.tails, worker_id)
+    stream = _TaskStream(worker_id, channels, ring)
     note = channels.members[worker_id]
     try:
         while True:
@@ -232,6 +327,7 @@ def worker_main(worker_id: int, decoder, on_error: str, layout, shm_names: list[
                 stream.discard(gen)
     finally:
         del buffers
+        ring.close()
         _detach_all()
 
 
@@ -259,13 +355,14 @@ def _fill_order(worker_id, decoder, on_error, buffer, stream, channels, note, ge
 class _TaskStream:
     """This worker's tasks for the current generation, pulled chunk by chunk from its queue."""
 
-    def __init__(self, worker_id: int, channels: _Channels):
-        self.q, self.generation = channels.tasks[worker_id], channels.generation
+    def __init__(self, worker_id: int, channels: _Channels, ring: RingReader):
+        self.q, self.generation, self.ring = channels.tasks[worker_id], channels.generation, ring
         self.gen, self.pending, self.ended = -1, [], True
         self.early: tuple[int, list] | None = None  # a chunk of a later generation, kept
 
     def _switch(self, gen: int) -> None:
         if gen != self.gen:
+            self.ring.drop(self.pending)
             self.gen, self.pending, self.ended = gen, [], False
             if self.early is not None and self.early[0] == gen:
                 chunk = self.early[1]
@@ -280,6 +377,7 @@ class _TaskStream:
 
     def discard(self, gen: int) -> None:
         self._switch(gen)
+        self.ring.drop(self.pending)
         self.pending, self.ended = [], True
 
     def _next_chunk(self, gen: int) -> bool:
@@ -293,7 +391,8 @@ class _TaskStream:
             except queue.Empty:
                 continue
             if chunk_gen < gen:
-                continue  # left over from an abandoned epoch
+                self.ring.drop(chunk or [])  # left over from an abandoned epoch
+                continue
             if chunk_gen > gen:  # ours was abandoned before its end marker reached us
                 self.early = (chunk_gen, chunk)
                 self.ended = True
@@ -309,7 +408,7 @@ class _TaskStream:
         while True:
             if not self.pending and (self.ended or not self._next_chunk(gen)):
                 return
-            task = self.pending.pop()
+            task = self.ring.take(self.pending.pop())
             note.value = task.sample.name.encode("utf-8", "replace")[: _MEMBER_FIELD - 1]
             yield task
 
@@ -387,11 +486,12 @@ class WorkerPool:
 
     def __init__(self, plan: ReadPlan, decoder, pool, *, workers: int, readers: int,
                  order_of, on_error: str = "skip", timeout: float = 300.0,
-                 stream_sources: bool = False, lookahead: bool = True):
+                 stream_sources: bool = False, lookahead: bool = True, ring_bytes: int = 0):
         self.plan, self.decoder, self.pool, self.order_of = plan, decoder, pool, order_of
         self.workers, self.readers = workers, max(1, min(readers, workers))
         self.on_error, self.timeout, self.lookahead = on_error, timeout, lookahead
-        self.stream_sources = stream_sources
+        self.stream_sources, self.ring_bytes = stream_sources, ring_bytes
+        self._rings: list[shared_memory.SharedMemory] = []
         self._ctx = mp.get_context("spawn")
         self._gen = 0
         self._epoch: _Epoch | None = None       # the epoch being iterated
@@ -414,7 +514,13 @@ class WorkerPool:
             control=[ctx.Queue() for _ in range(self.readers)],
             generation=ctx.Value("q", 1, lock=False),
             members=[ctx.Array("c", _MEMBER_FIELD, lock=False) for _ in range(n)],
+            tails=ctx.Array("q", n, lock=False),
         )
+        if self.ring_bytes:  # owned (and unlinked) here, like the batch buffers
+            self._rings = [shared_memory.SharedMemory(create=True, size=self.ring_bytes)
+                           for _ in range(n)]
+            self.channels.rings = [r.name for r in self._rings]
+            self.channels.ring_size = self.ring_bytes
         parent = os.getpid()
         # A transform defined in the user's script can only be unpickled where __main__ is.
         hide_main = b"__main__" not in pickle.dumps(self.decoder)
@@ -462,6 +568,11 @@ class WorkerPool:
         for q in self._all_queues():
             q.cancel_join_thread()  # never block interpreter exit on unflushed messages
             q.close()
+        for ring in self._rings:
+            with contextlib.suppress(Exception):
+                ring.unlink()
+            with contextlib.suppress(Exception):
+                ring.close()
 
     def _all_queues(self):
         c = self.channels

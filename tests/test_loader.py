@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from conftest import (assert_labels_match_pixels, class_level, labeled_files, solid,
+from conftest import (assert_labels_match_pixels, class_level, labeled_files, photo, solid,
                       write_archive)
 from imageloader import ImageLoader, Normalize, Options
 from imageloader.errors import ArchiveError, UnknownLabelError
@@ -271,3 +271,19 @@ def test_buffers_freed_by_late_copy_events_keep_the_workers_busy(tmp_path, monke
                     options=Options(timeout=10)) as loader:
         for _ in range(2):
             assert len(collect(loader)[1]) == 64
+
+
+@pytest.mark.parametrize("ring_bytes", [0, 4096, None])
+def test_member_bytes_through_pipes_tiny_rings_or_default_rings(tmp_path, ring_bytes):
+    """Bytes reach workers through a shared ring; members too large for it travel inline,
+    and a ring smaller than a batch makes the reader wait for the worker, not corrupt it."""
+    files = labeled_files(3, 8, size=(30, 20)) + [("t/c00/big.png", photo(1, (120, 90), "PNG"))]
+    path = write_archive(tmp_path / "a.tgz", files)
+    vocab = ["c00", "c01", "c02"]
+    with raw_loader(path, batch_size=5, workers=2, vocab=vocab,
+                    options=Options(ring_bytes=ring_bytes, timeout=20)) as loader:
+        for _ in range(2):
+            images, labels, _ = collect(loader)
+            assert len(labels) == 25
+        big = images[(images.float().std(dim=(1, 2, 3)) > 20)]
+        assert len(big) == 1  # the textured one, not a solid class image
