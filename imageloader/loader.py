@@ -178,27 +178,44 @@ class ImageLoader:
     def prefetch(self) -> int:
         return self.prefetcher.prefetch
 
-    def _total_images(self) -> int:
-        """Images in all archives before decode failures (from the vocabulary scan)."""
-        total = 0
+    def _archive_images(self) -> list[int]:
+        """Images in each archive before decode failures (from the vocabulary scan)."""
+        counts = []
         for src in self.sources:
             if hasattr(src, "read"):
                 raise TypeError("the length of a stream is unknown until it has been read")
-            counts = archive_classes(os.fspath(src), limits=self.options.limits,
-                                     inflate=self.options.inflate)
-            total += sum(n for label, n in counts.items()
-                         if label in self.vocab or self.options.unknown_labels == "raise")
-        return total
+            per_class = archive_classes(os.fspath(src), limits=self.options.limits,
+                                        inflate=self.options.inflate)
+            counts.append(sum(n for label, n in per_class.items()
+                              if label in self.vocab or self.options.unknown_labels == "raise"))
+        return counts
 
-    def images_per_epoch(self) -> int:
-        """Images this rank will see per epoch before decode failures (from the scan)."""
-        share, extra = divmod(self._total_images(), self.world_size)
-        return share + (1 if self.rank < extra else 0)
+    def _total_images(self) -> int:
+        return sum(self._archive_images())
+
+    @property
+    def split_by_archive(self) -> bool:
+        """With at least as many archives as ranks, each rank reads only its own archives;
+        otherwise every rank reads everything and decodes every world_size-th image."""
+        return 1 < self.world_size <= len(self.sources)
+
+    def _rank_images(self, epoch: int) -> list[int]:
+        """Images each rank sees in `epoch` (shard order is reshuffled every epoch)."""
+        if not self.split_by_archive:
+            share, extra = divmod(self._total_images(), self.world_size)
+            return [share + (1 if r < extra else 0) for r in range(self.world_size)]
+        counts, order = self._archive_images(), self._shuffled_archives(epoch)
+        return [sum(counts[i] for i in order[r::self.world_size])
+                for r in range(self.world_size)]
+
+    def images_per_epoch(self, epoch: int | None = None) -> int:
+        """Images this rank will see in an epoch (default: the next) before decode failures."""
+        return self._rank_images(self._next_epoch if epoch is None else epoch)[self.rank]
 
     def __len__(self) -> int:
         if self._length is None:
             if self.world_size > 1:
-                self._length = self.steps_per_epoch()
+                return self.steps_per_epoch()  # may change per epoch with archive splits
             else:
                 n = self.images_per_epoch()
                 self._length = n // self.batch_size if self.drop_last \
@@ -231,7 +248,7 @@ class ImageLoader:
         wrap = Packed if self._gpu is not None else HostBatch.views
         batches = self.prefetcher.run(
             ((wrap(buf), release_batch(self._pool, buf)) for buf in produced))
-        steps = self.steps_per_epoch() if self.world_size > 1 else None
+        steps = self.steps_per_epoch(epoch) if self.world_size > 1 else None
         try:
             last = None
             while steps is None or progress.batches < steps:
@@ -332,27 +349,36 @@ class ImageLoader:
                 "shuffle_buffer": self.shuffle_buffer, "train": self.train,
                 "archives": [source_name(s) for s in self.sources]}
 
-    def steps_per_epoch(self) -> int:
-        """Batches every rank yields per epoch, equal across ranks (Options.uneven)."""
-        total = self._total_images()
-        low, high = total // self.world_size, -(-total // self.world_size)
+    def steps_per_epoch(self, epoch: int | None = None) -> int:
+        """Batches every rank yields in an epoch, equal across ranks (Options.uneven)."""
+        counts = self._rank_images(self._next_epoch if epoch is None else epoch)
         if self.options.uneven == "drop" or self.drop_last:
-            return low // self.batch_size
-        return -(-high // self.batch_size)
+            return min(counts) // self.batch_size
+        return -(-max(counts) // self.batch_size)
 
-    def _archive_order(self, epoch: int) -> tuple[int, ...]:
+    def _shuffled_archives(self, epoch: int) -> list[int]:
         order = list(range(len(self.sources)))
         if self.shuffle_buffer > 1 and len(order) > 1:
             random.Random(self.seed + epoch).shuffle(order)  # shard order changes every epoch
+        return order
+
+    def _archive_order(self, epoch: int) -> tuple[int, ...]:
+        """The archives this rank reads in `epoch`, in order: its share of the shuffled list
+        (the same shuffle on every rank), or all of them when ranks split by image."""
+        order = self._shuffled_archives(epoch)
+        if self.split_by_archive:
+            order = order[self.rank::self.world_size]
         return tuple(order)
 
     # ---- processes and memory -------------------------------------------------------------
 
     def _plan(self) -> ReadPlan:
         o = self.options
+        # Ranks that read different archives need no per-image share of them.
+        world = 1 if self.split_by_archive else self.world_size
         return ReadPlan(self.sources, dict(self.vocab.index), self.batch_size,
                         self.shuffle_buffer, self.seed, o.limits, o.unknown_labels, o.inflate,
-                        o.inflate_threads, self.rank, self.world_size)
+                        o.inflate_threads, self.rank if world > 1 else 0, world)
 
     def _ensure_started(self) -> None:
         if self._pool is not None:

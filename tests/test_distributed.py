@@ -134,3 +134,33 @@ def test_two_gloo_processes_split_every_epoch_exactly_once(tmp_path):
         a, b = result[(0, epoch)][0], result[(1, epoch)][0]
         assert sorted(a + b) == list(range(22)) and not set(a) & set(b)
         assert result[(0, epoch)][1] == result[(1, epoch)][1] == [3, 3]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_shards_are_split_by_rank_and_reshuffled_every_epoch(tmp_path, workers):
+    """Five shards, two ranks: each rank reads its own shards only; together every image once
+    per epoch; the split changes between epochs; steps stay equal (padding)."""
+    sizes = [3, 5, 4, 6, 2]
+    start = 0
+    for s, n in enumerate(sizes):
+        files = [(f"t/c{i % 3}/{i:03d}.png", solid(10 + 3 * i, fmt="PNG", mode="L"))
+                 for i in range(start, start + n)]
+        write_archive(tmp_path / f"shard-{s}.tgz", files)
+        start += n
+    total = sum(sizes)
+    splits = []
+    for epoch in range(3):
+        seen = []
+        for rank in range(2):
+            with loader(str(tmp_path / "shard-*.tgz"), workers=workers,
+                        options=Options(rank=rank, world_size=2)) as mine:
+                assert mine.split_by_archive
+                mine.set_epoch(epoch)
+                steps = len(mine)
+                batches = collect(mine)
+                assert len(batches) == steps
+                seen.append(sum((ids(x) for x, _ in batches), []))
+        unique = [set(s) for s in seen]
+        assert not unique[0] & unique[1] and unique[0] | unique[1] == set(range(total))
+        splits.append(frozenset(unique[0]))
+    assert len(set(splits)) > 1  # the shard order, hence the split, changes with the epoch
