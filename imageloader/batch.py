@@ -149,6 +149,9 @@ def fill_batch(tasks: Iterator[Task], batch: BatchViews, decoder, *, on_error: s
                 raise error.located(sample.archive, sample.name) from None
             skipped[error.reason] += 1
             continue
+        except Exception as error:  # a bug, or a user transform failing: say where
+            error.add_note(f"while decoding member {sample.name!r} of {sample.archive!r}")
+            raise
         batch.labels[filled] = sample.target
         batch.seeds[filled] = task.seed
         filled += 1

@@ -32,7 +32,7 @@ from .errors import Limits, check_policy
 from .pool import BufferPool, HostBatch
 from .prefetch import Normalize, Prefetcher, release_batch, resolve_device
 from .read import Source, expand_sources, source_name
-from .vocab import Vocabulary, archive_classes, as_vocabulary
+from .vocab import Vocabulary, archive_classes, as_vocabulary, cached_image_count
 from .workers import ReadPlan, WorkerPool
 
 log = logging.getLogger(__name__)
@@ -386,32 +386,42 @@ class ImageLoader:
         pin = self.device if self.device.type == "cuda" else None
         slots = self.prefetch + 2 + self.workers
         arena = self.batch_size * self.options.arena_per_image if self._gpu is not None else 0
-        self._pool = BufferPool(slots, self.batch_size, self.decoder.out_shape, pin_device=pin,
-                                shared=self.workers > 0, arena_bytes=arena)
-        if self.workers > 0:
-            streams = any(hasattr(s, "read") for s in self.sources)
-            readers = self.options.readers or min(len(self.sources), max(1, self.workers // 4))
-            self._workers = WorkerPool(self._plan(), self._fill, self._pool,
-                                       workers=self.workers, readers=readers,
-                                       order_of=self._archive_order,
-                                       on_error=self.options.on_error,
-                                       timeout=self.options.timeout, stream_sources=streams,
-                                       lookahead=self.options.lookahead,
-                                       ring_bytes=self._ring_bytes())
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._pool,
-                                           self.prefetcher)
+        ring = self._ring_bytes() if self.workers > 0 else 0
+        resources = _Resources(self.prefetcher)
+        # Registered before anything is allocated: whatever happens next, close() and the
+        # interpreter's exit free the shared memory and stop the processes.
+        self._finalizer = weakref.finalize(self, resources.close)
+        try:
+            resources.pool = BufferPool(slots, self.batch_size, self.decoder.out_shape,
+                                        pin_device=pin, shared=self.workers > 0,
+                                        arena_bytes=arena)
+            if self.workers > 0:
+                resources.workers = self._start_workers(resources.pool, ring)
+        except BaseException:
+            self._finalizer()
+            raise
+        self._pool, self._workers = resources.pool, resources.workers
+
+    def _start_workers(self, pool: BufferPool, ring: int) -> WorkerPool:
+        streams = any(hasattr(s, "read") for s in self.sources)
+        readers = self.options.readers or min(len(self.sources), max(1, self.workers // 4))
+        return WorkerPool(self._plan(), self._fill, pool, workers=self.workers,
+                          readers=readers, order_of=self._archive_order,
+                          on_error=self.options.on_error, timeout=self.options.timeout,
+                          stream_sources=streams, lookahead=self.options.lookahead,
+                          ring_bytes=ring)
 
     def _ring_bytes(self) -> int:
-        """Each worker's byte ring holds ~2.5 batches of compressed members (mean from the
-        archive sizes over the scanned image count)."""
+        """Each worker's byte ring holds ~2 batches of compressed members. The mean member
+        size comes from fresh sidecars (never a new scan), else 128 KiB is assumed."""
         if self.options.ring_bytes is not None:
             return self.options.ring_bytes
-        paths = [s for s in self.sources if not hasattr(s, "read")]
-        try:
-            mean = sum(os.path.getsize(p) for p in paths) / max(self._total_images(), 1)
-        except (TypeError, OSError):
-            mean = 256 << 10
-        return int(min(max(2.5 * self.batch_size * mean, 8 << 20), 1 << 30))
+        mean = 128 << 10
+        paths = [os.fspath(s) for s in self.sources if not hasattr(s, "read")]
+        counts = [cached_image_count(p) for p in paths]
+        if paths and all(c for c in counts):
+            mean = sum(os.path.getsize(p) for p in paths) / sum(counts)
+        return int(min(max(2 * self.batch_size * mean, 8 << 20), 512 << 20))
 
     def _collect_epoch_stats(self) -> None:
         if self._workers is not None:
@@ -512,12 +522,18 @@ class _OnDevice:
         return images, labels
 
 
-def _shutdown(workers: WorkerPool | None, pool: BufferPool | None, prefetcher) -> None:
-    if workers is not None:
-        workers.close()
-    if pool is not None:
-        pool.close()
-    prefetcher.close()
+class _Resources:
+    """What a started loader holds; closing it stops the processes and frees the memory."""
+
+    def __init__(self, prefetcher):
+        self.prefetcher, self.pool, self.workers = prefetcher, None, None
+
+    def close(self) -> None:
+        if self.workers is not None:
+            self.workers.close()
+        if self.pool is not None:
+            self.pool.close()
+        self.prefetcher.close()
 
 
 def _choose_decode(decode: str, device: torch.device, transform) -> tuple[str, object]:

@@ -154,9 +154,10 @@ def open_stream(source: Source, inflate: str = "auto", threads: int | None = Non
         import rapidgzip
         return rapidgzip.open(path, parallelization=threads or min(8, os.cpu_count() or 1))
     if name == "isal":
-        from isal import igzip_threaded
-        # One background thread inflates while this thread walks the tar: a free 1.5x.
-        return igzip_threaded.open(path, "rb", threads=1)
+        from isal import igzip
+        # Not isal's threaded reader: it inflates 1 MiB ahead and raises a corruption on the
+        # first read, which would name the wrong member.
+        return igzip.open(path, "rb")
     return gzip.open(path, "rb")
 
 
@@ -242,7 +243,7 @@ def iter_members(source: Source, *, skipped: Counter, limits: Limits = Limits(),
         stream = open_stream(source, inflate, threads)
     except OSError as error:
         raise ArchiveError(archive, f"cannot open: {error}") from error
-    state = {"index": -1, "name": None}
+    state = {"index": -1, "name": None, "data_at": None, "size": 0}
     try:
         yield from _walk(stream, archive, skipped, limits, read_data, state)
     except ArchiveError:
@@ -250,18 +251,42 @@ def iter_members(source: Source, *, skipped: Counter, limits: Limits = Limits(),
     except _StructureError as error:
         raise ArchiveError(archive, error.problem, member=state["name"], index=state["index"] + 1,
                            offset=error.offset) from None
+    except tarfile.ReadError as error:
+        if "unexpected end of data" not in str(error) or state["data_at"] is None:
+            raise _archive_error(archive, error, state, source) from error
+        # tarfile skipping the data of the last member (not read: a scan, or a skipped member)
+        raise ArchiveError(archive, f"unexpected end of data: the archive ends inside this "
+                           f"member's {state['size']} bytes (truncated)", member=state["name"],
+                           index=state["index"], offset=state["data_at"]) from None
     except Exception as error:  # zlib, isal and rapidgzip each raise their own types
-        raise ArchiveError(archive, _describe(error), member=state["name"],
-                           index=max(state["index"], 0)) from error
+        raise _archive_error(archive, error, state, source) from error
     finally:
         if not hasattr(source, "read"):
             stream.close()
+
+
+def _archive_error(archive, error, state, source) -> ArchiveError:
+    return ArchiveError(archive, _describe(error, _is_gzip(source)), member=state["name"],
+                        index=max(state["index"], 0))
+
+
+def _is_gzip(source) -> bool:
+    if hasattr(source, "read"):
+        return False
+    try:
+        with open(source, "rb") as f:
+            return f.read(2) == _GZIP_MAGIC
+    except OSError:
+        return False
 
 
 def _walk(stream, archive, skipped, limits, read_data, state) -> Iterator[Member]:
     try:
         tar = tarfile.open(fileobj=stream, mode="r|", tarinfo=_StrictTarInfo)
     except tarfile.ReadError as error:
+        if _looks_inflated_empty(error, archive):
+            raise ArchiveError(archive, "the gzip stream is truncated or corrupt: nothing "
+                               "could be inflated from it") from None
         raise ArchiveError(archive, f"not a tar or gzip-compressed tar archive ({error})") \
             from None
     seen: set[bytes] = set()
@@ -269,6 +294,7 @@ def _walk(stream, archive, skipped, limits, read_data, state) -> Iterator[Member
         tar.members.clear()  # stream mode would otherwise keep every TarInfo: memory grows
         state["index"] += 1
         state["name"] = info.name
+        state["data_at"], state["size"] = info.offset_data, info.size
         label, reason, name = classify(info, limits)
         if reason is None:
             reason = _size_or_duplicate_problem(info, name, seen, limits)
@@ -317,12 +343,20 @@ def _check_trailer(tar, archive, state) -> None:
                                member=state["name"], index=state["index"], offset=offset)
 
 
-def _describe(error: BaseException) -> str:
+def _looks_inflated_empty(error, archive: str) -> bool:
+    # rapidgzip hands back no bytes at all for some truncated gzip files: tarfile then says
+    # "empty file", which must not read as "this is not an archive".
+    return "empty file" in str(error) and _is_gzip(archive)
+
+
+def _describe(error: BaseException, gzip_file: bool = False) -> str:
     text = str(error) or type(error).__name__
     if "crc" in text.lower():
         return f"gzip checksum mismatch, the archive is corrupt ({text})"
     if isinstance(error, EOFError) or "ended before" in text:
         return f"archive is truncated ({text})"
+    if gzip_file and "std::exception" in text:
+        return f"the gzip stream is truncated or corrupt (rapidgzip: {text})"
     return f"{type(error).__name__}: {text}"
 
 

@@ -126,6 +126,15 @@ def archive_classes(path: str, *, limits: Limits = Limits(), inflate: str = "aut
     return dict(counts)
 
 
+def cached_image_count(path: str) -> int | None:
+    """Images in an archive according to its sidecar, if that is fresh; never scans."""
+    try:
+        counts = _read_sidecar(sidecar_path(path), _stamp(path))
+    except OSError:
+        return None
+    return sum(counts.values()) if counts else None
+
+
 def _stamp(path: str) -> dict:
     st = os.stat(path)
     return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}

@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 CHUNK = 32                 # tasks per message: amortizes pickling and queue overhead
 _POLL = 0.2                # seconds between liveness checks while waiting
 _MEMBER_FIELD = 512        # bytes of shared memory where a worker notes its current member
+_CLOSED = 1 << 62          # the generation value that tells every child to exit
 
 
 class WorkerError(RuntimeError):
@@ -243,7 +244,8 @@ def reader_main(reader_id: int, plan: ReadPlan, channels: _Channels, worker_ids:
             try:
                 message = control.get(timeout=1.0)
             except queue.Empty:
-                if not in_thread and not _parent_alive(parent_pid):
+                if channels.generation.value >= _CLOSED or (
+                        not in_thread and not _parent_alive(parent_pid)):
                     return
                 continue
             if message is None:
@@ -265,8 +267,10 @@ def _read_epoch(reader_id, plan, channels, worker_ids, gen, epoch, order, rings)
     n_workers = len(worker_ids)
     current = channels.generation
 
-    def abandoned() -> bool:
-        return gen < current.value
+    parent = os.getppid()
+
+    def abandoned() -> bool:  # also when the training process died (the OOM killer, say)
+        return gen < current.value or os.getppid() != parent
 
     for position, task in enumerate(plan.tasks(epoch, order, skipped, stats, reader_id)):
         worker = worker_ids[(position // plan.batch_size) % n_workers]
@@ -276,20 +280,20 @@ def _read_epoch(reader_id, plan, channels, worker_ids, gen, epoch, order, rings)
         chunk = chunks[worker]
         chunk.append(Task(task.seed, task.sample._replace(data=data)))
         if len(chunk) == CHUNK or (position + 1) % plan.batch_size == 0:
-            if not _put(channels.tasks[worker], (gen, chunk), current, gen):
+            if not _put(channels.tasks[worker], (gen, chunk), abandoned):
                 return  # the epoch was abandoned
             chunks[worker] = []
     for worker in worker_ids:
         if chunks[worker]:
-            _put(channels.tasks[worker], (gen, chunks[worker]), current, gen)
-        _put(channels.tasks[worker], (gen, None), current, gen)  # end of this stream
+            _put(channels.tasks[worker], (gen, chunks[worker]), abandoned)
+        _put(channels.tasks[worker], (gen, None), abandoned)  # end of this stream
     channels.results.put(("read", gen, reader_id, dict(skipped), stats.get("bytes", 0)))
 
 
-def _put(q, item, current, gen) -> bool:
-    """Put with back-pressure, giving up if the parent abandoned this generation."""
+def _put(q, item, abandoned) -> bool:
+    """Put with back-pressure, giving up if the parent abandoned this generation (or died)."""
     while True:
-        if gen < current.value:
+        if abandoned():
             return False
         try:
             q.put(item, timeout=0.5)
@@ -312,8 +316,8 @@ def worker_main(worker_id: int, decoder, on_error: str, layout, shm_names: list[
             try:
                 order = channels.orders[worker_id].get(timeout=1.0)
             except queue.Empty:
-                if not _parent_alive(parent_pid):
-                    return
+                if not _parent_alive(parent_pid) or channels.generation.value >= _CLOSED:
+                    return  # the parent is gone, or closed us (its stop message may be lost)
                 continue
             if order is None:
                 return
@@ -494,6 +498,7 @@ class WorkerPool:
         self._rings: list[shared_memory.SharedMemory] = []
         self._ctx = mp.get_context("spawn")
         self._gen = 0
+        self._last_message = time.monotonic()   # hang detection: time of the last progress
         self._epoch: _Epoch | None = None       # the epoch being iterated
         self._next: _Epoch | None = None        # the epoch started ahead
         self._finished: _Epoch | None = None
@@ -552,7 +557,7 @@ class WorkerPool:
         if self.closed:
             return
         self.closed = True
-        self.channels.generation.value = 1 << 62  # abandons whatever is being read or decoded
+        self.channels.generation.value = _CLOSED  # abandons whatever is being read or decoded
         for q in self.channels.orders + self.channels.control:
             with contextlib.suppress(Exception):
                 q.put(None)
@@ -596,6 +601,7 @@ class WorkerPool:
             self._abandon()  # a second iterator, or set_epoch() moved away from the lookahead
             ahead = None
         state = self._epoch = ahead or self._begin(epoch, order)
+        self._last_message = time.monotonic()
         if resume is not None:
             self._resume(state, resume)
         if state.error is not None:
@@ -663,7 +669,7 @@ class WorkerPool:
             buf = self.pool.lease(block=False)
             if buf is None:
                 return False
-            buf.meta.update(gen=state.gen, k=state.assigned)
+            buf.meta.update(gen=state.gen, k=state.assigned, sent=True)
             skip = state.skip_tasks.pop(w, 0)
             self.channels.orders[w].put((state.gen, state.assigned, buf.slot, skip))
             state.outstanding += 1
@@ -683,7 +689,6 @@ class WorkerPool:
 
     def _receive(self, state: _Epoch) -> None:
         """Wait for a worker message, or for a buffer to come back from its copy."""
-        deadline = time.monotonic() + self.timeout
         while True:
             # When every order has been answered, no message can come: what we wait for is a
             # buffer whose host->device copy (its CUDA event) is still running. Poll for it
@@ -692,12 +697,13 @@ class WorkerPool:
             try:
                 message = self.channels.results.get(timeout=0.002 if idle else _POLL)
             except queue.Empty:
-                if self.pool.free:
-                    return
                 self._check_alive()
-                if time.monotonic() > deadline:
+                if time.monotonic() - self._last_message > self.timeout:
                     raise WorkerError(self._hang_message())
+                if idle and self.pool.free:
+                    return
                 continue
+            self._last_message = time.monotonic()
             target = self._state_of(message[1])
             self._handle(target, message)
             if state.error is not None:
@@ -728,6 +734,7 @@ class WorkerPool:
             return
         _, _, worker, k, slot, count, final, skipped, consumed = message
         buf = self.pool.buffers[slot]
+        buf.meta["sent"] = False  # answered
         if state is None:
             self.pool.release(buf)  # an order of an abandoned epoch: the buffer comes back
             return
@@ -791,18 +798,33 @@ class WorkerPool:
             state.partial.clear()
         self._epoch = self._next = None
         self.channels.generation.value = self._gen + 1  # every generation so far is dead
+        self._drain(wait=1.0)
+
+    def _drain(self, wait: float) -> None:
+        """Take back the buffers of orders sent for abandoned epochs: their workers answer
+        within one image, so a break returns every buffer at once, not at the next epoch."""
+        deadline = time.monotonic() + wait
+        while any(b.refs and b.meta.get("gen", 0) <= self._gen and b.meta.get("sent")
+                  for b in self.pool.buffers) and time.monotonic() < deadline:
+            try:
+                message = self.channels.results.get(timeout=0.05)
+            except (queue.Empty, OSError, ValueError):
+                continue
+            self._handle(None, message)
 
     # ---- faults ----------------------------------------------------------------------------
 
     def _check_alive(self) -> None:
         for proc in self._procs:
             if proc.exitcode is not None:
-                self.close()
+                # A child killed mid-write may hold the results queue's lock: the others can
+                # then hang at exit, so do not wait for them long.
+                self.close(timeout=0.5)
                 raise WorkerError(f"{proc.name} (pid {proc.pid}) died with "
                                   f"{_exit_text(proc.exitcode)}{self._doing(proc.name)}")
         for thread in self._threads:
             if not thread.is_alive():
-                self.close()
+                self.close(timeout=0.5)
                 raise WorkerError(f"{thread.name} stopped unexpectedly")
 
     def _doing(self, name: str) -> str:
