@@ -19,7 +19,6 @@ import threading
 from dataclasses import dataclass, field
 from multiprocessing import shared_memory
 
-import numpy as np
 import torch
 
 from .batch import BatchViews, Layout, batch_layout, views_of

@@ -22,13 +22,16 @@ directly only when it is True, and stages it through a pinned buffer otherwise.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when loaded by path in tests
+from report import cuda_report, write_report  # noqa: E402
+
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -139,19 +142,8 @@ def main(args: argparse.Namespace) -> dict | None:
     if not rows[1]["is_pinned"]:
         print("note: Tensor.is_pinned() is False for the cudaHostRegister'ed shared buffer; "
               "the prefetcher would stage it through a pinned buffer (an extra host copy).")
-    result = {
-        "device": torch.cuda.get_device_name(device),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "bytes": nbytes,
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "rows": rows,
-    }
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2))
-        print(f"wrote {args.out}")
-    return result
+    return write_report(cuda_report(args, rows, cuda=torch.version.cuda, bytes=nbytes),
+                        args.out)
 
 
 if __name__ == "__main__":

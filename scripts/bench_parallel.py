@@ -18,7 +18,6 @@ forward instead, which takes the CPU's launch cost out of the picture.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from collections.abc import Callable
@@ -27,6 +26,10 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when loaded by path in tests
+from report import cuda_report, write_report  # noqa: E402
+
 
 try:
     from imageloader.parallel import Parallel
@@ -203,17 +206,7 @@ def main(args: argparse.Namespace) -> dict | None:
     print(f"{torch.cuda.get_device_name()} | torch {torch.__version__} | {args.dtype} | {mode}"
           f"{' | CUDA graph' if args.cuda_graph else ''}")
     print(format_table(rows))
-    result = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "rows": [asdict(r) for r in rows],
-    }
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2))
-        print(f"wrote {args.out}")
-    return result
+    return write_report(cuda_report(args, [asdict(r) for r in rows]), args.out)
 
 
 if __name__ == "__main__":

@@ -18,12 +18,16 @@ instead of their sum.  Every variant must produce exactly the same bytes.
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 import statistics
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when loaded by path in tests
+from report import cuda_report, write_report  # noqa: E402
+
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -165,16 +169,7 @@ def main(args: argparse.Namespace) -> dict | None:
     print(f"{torch.cuda.get_device_name()} | {mb:.0f} MiB float32 | {args.chunks} chunks on "
           f"{args.streams} streams | work {args.work} | median of {args.repeats}")
     print(format_table(rows))
-    result = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "rows": rows,
-    }
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2))
-        print(f"wrote {args.out}")
+    result = write_report(cuda_report(args, rows), args.out)
     bad = [r["variant"] for r in rows if not r["identical"]]
     if bad:
         raise RuntimeError(f"results differ from the sequential variant: {bad}")

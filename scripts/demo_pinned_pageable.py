@@ -23,13 +23,17 @@ host for the kernel *and* the copy, whatever ``non_blocking`` says.
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when loaded by path in tests
+from report import cuda_report, write_report  # noqa: E402
+
 
 
 @dataclass
@@ -182,17 +186,7 @@ def main(args: argparse.Namespace) -> dict | None:
     print(f"{torch.cuda.get_device_name()} | {args.mb:g} MiB per copy | kernel ~{args.kernel_ms:g} ms "
           f"| median of {args.repeats} | host ms = time inside the copy call")
     print(format_table(rows))
-    result = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "rows": [{k: (None if v != v else v) for k, v in asdict(r).items()} for r in rows],  # NaN -> null
-    }
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2))
-        print(f"wrote {args.out}")
-    return result
+    return write_report(cuda_report(args, [asdict(r) for r in rows]), args.out)
 
 
 if __name__ == "__main__":

@@ -19,15 +19,17 @@ each shard mixes all classes instead of holding a run of neighbouring ones.
 """
 
 import argparse
-import gzip
-import io
 import os
 import random
-import tarfile
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when loaded by path in tests
+from tarwrite import write_reproducible_tgz  # noqa: E402
 
 # A constant timestamp so the archive bytes do not depend on when (or from what
 # checkout) they were built.
-FIXED_MTIME = 0
 TGZ_SUFFIXES = (".tar.gz", ".tgz")
 
 
@@ -113,30 +115,13 @@ def shard_paths(out, num_shards):
     return [f"{stem}-{k:05d}-of-{num_shards:05d}.tgz" for k in range(num_shards)]
 
 
-def reproducible_tarinfo(name, size):
-    """A TarInfo whose metadata is the same on every machine and every run."""
-    info = tarfile.TarInfo(name)
-    info.size = size
-    info.mtime = FIXED_MTIME
-    info.mode = 0o644
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info
-
-
 def write_shard(path, src, prefix, relative_paths, compresslevel):
     """Stream the files into one .tgz; returns the uncompressed payload bytes."""
-    payload_bytes = 0
-    with open(path, "wb") as raw:
-        # filename="" keeps the output's own name out of the gzip header; mtime=0 pins its timestamp.
-        with gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=compresslevel) as gz:
-            with tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-                for relative_path in relative_paths:
-                    with open(os.path.join(src, relative_path), "rb") as f:
-                        data = f.read()
-                    tar.addfile(reproducible_tarinfo(member_name(prefix, relative_path), len(data)), io.BytesIO(data))
-                    payload_bytes += len(data)
-    return payload_bytes
+    def members():
+        for relative_path in relative_paths:
+            with open(os.path.join(src, relative_path), "rb") as f:
+                yield member_name(prefix, relative_path), f.read()
+    return write_reproducible_tgz(path, members(), compresslevel)
 
 
 def main(args):

@@ -14,16 +14,19 @@ Needs scikit-learn (``pip install scikit-learn``); the package itself does not.
 """
 
 import argparse
-import gzip
 import io
 import os
-import tarfile
 
 import numpy as np
 from PIL import Image
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when loaded by path in tests
+from tarwrite import write_reproducible_tgz  # noqa: E402
+
 # A constant timestamp so the archive bytes do not depend on when they were built.
-FIXED_MTIME = 0
 # load_digits pixel values are counts in 0..16 (4x4 blocks of a 32x32 bitmap).
 DIGITS_MAX_VALUE = 16
 
@@ -49,27 +52,6 @@ def encode_png(pixels):
     buffer = io.BytesIO()
     Image.fromarray(pixels, mode="L").save(buffer, format="PNG")
     return buffer.getvalue()
-
-
-def reproducible_tarinfo(name, size):
-    """A TarInfo whose metadata is the same on every machine and every run."""
-    info = tarfile.TarInfo(name)
-    info.size = size
-    info.mtime = FIXED_MTIME
-    info.mode = 0o644
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info
-
-
-def write_reproducible_tgz(path, members, compresslevel=9):
-    """Write (name, bytes) members in sorted name order to a byte-reproducible .tgz."""
-    with open(path, "wb") as raw:
-        # gzip stores a timestamp (and optionally a file name) in its header; pin both.
-        with gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=compresslevel) as gz:
-            with tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-                for name, data in sorted(members):
-                    tar.addfile(reproducible_tarinfo(name, len(data)), io.BytesIO(data))
 
 
 def split_indices(labels, val_fraction, seed):
@@ -100,7 +82,7 @@ def main(args):
     outputs = {}
     for split, indices in (("train", train_idx), ("val", val_idx)):
         path = os.path.join(args.out_dir, f"digits-{split}.tgz")
-        write_reproducible_tgz(path, build_members(split, indices, images, labels))
+        write_reproducible_tgz(path, sorted(build_members(split, indices, images, labels)))
         counts = np.bincount(labels[indices], minlength=10).tolist()
         print(f"{path}: {len(indices)} images, {os.path.getsize(path)} bytes, per class {counts}")
         outputs[split] = path

@@ -47,8 +47,13 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image, ImageDraw
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when loaded by path in tests
+from tarwrite import reproducible_tarinfo  # noqa: E402
+
 # A constant timestamp so the archive bytes do not depend on when they were built.
-FIXED_MTIME = 0
 # Images handed to a worker per task: large enough to amortise IPC and the
 # per-piece flush, small enough to keep every worker busy until the end.
 IMAGES_PER_TASK = 16
@@ -175,17 +180,6 @@ def encode_jpeg(image, quality):
     buffer = io.BytesIO()
     image.save(buffer, format="JPEG", quality=quality)
     return buffer.getvalue()
-
-
-def reproducible_tarinfo(name, size):
-    """A TarInfo whose metadata is the same on every machine and every run."""
-    info = tarfile.TarInfo(name)
-    info.size = size
-    info.mtime = FIXED_MTIME
-    info.mode = 0o644
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info
 
 
 def tar_member_block(name, data):
