@@ -309,7 +309,7 @@ def worker_main(worker_id: int, decoder, on_error: str, layout, shm_names: list[
     buffers = _attach(shm_names, layout)
     ring = RingReader(channels.rings[worker_id] if channels.rings else None,
                       channels.ring_size, channels.tails, worker_id)
-    stream = _TaskStream(worker_id, channels, ring)
+    stream = _TaskStream(worker_id, channels, ring, parent_pid)
     note = channels.members[worker_id]
     try:
         while True:
@@ -359,8 +359,9 @@ def _fill_order(worker_id, decoder, on_error, buffer, stream, channels, note, ge
 class _TaskStream:
     """This worker's tasks for the current generation, pulled chunk by chunk from its queue."""
 
-    def __init__(self, worker_id: int, channels: _Channels, ring: RingReader):
+    def __init__(self, worker_id: int, channels: _Channels, ring: RingReader, parent_pid: int):
         self.q, self.generation, self.ring = channels.tasks[worker_id], channels.generation, ring
+        self.parent = parent_pid
         self.gen, self.pending, self.ended = -1, [], True
         self.early: tuple[int, list] | None = None  # a chunk of a later generation, kept
 
@@ -393,6 +394,9 @@ class _TaskStream:
             try:
                 chunk_gen, chunk = self.q.get(timeout=_POLL)
             except queue.Empty:
+                if not _parent_alive(self.parent):  # killed while we waited for the reader
+                    self.ended = True
+                    return False
                 continue
             if chunk_gen < gen:
                 self.ring.drop(chunk or [])  # left over from an abandoned epoch
