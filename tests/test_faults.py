@@ -655,6 +655,10 @@ def test_hung_worker_times_out_naming_the_member(tmp_path):
 CTRL_C_CHILD = textwrap.dedent("""
     import faulthandler, json, signal, sys, warnings
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks for stacks if stuck
+    # As in a terminal. A runner started as a background job passes SIGINT on ignored (POSIX),
+    # and Python then never installs its KeyboardInterrupt handler: Ctrl-C would do nothing.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
     from imageloader import ImageLoader
     warnings.simplefilter("ignore")
     loader = ImageLoader(sys.argv[1], batch_size=2, size=8, workers=2, normalize=False,
