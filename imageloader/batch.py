@@ -17,6 +17,7 @@ from .errors import SampleError
 from .read import Sample
 
 T = TypeVar("T")
+FALLBACK = "fallback:"  # prefix of reported counts that are not skips: images decoded otherwise
 _MIX = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: spreads nearby integers apart
 _MASK = (1 << 64) - 1
 
@@ -133,7 +134,8 @@ def fill_batch(tasks: Iterator[Task], batch: BatchViews, decoder, *, on_error: s
 
     `decoder.fill(batch, slot, data, seed)` writes one image (pixels, or packed bytes for the
     GPU). Returns the number of filled slots; failed samples are counted in `skipped` by reason
-    (or raised, naming archive and member, with on_error="raise").
+    (or raised, naming archive and member, with on_error="raise"), and images a packing decoder
+    sent the CPU way under FALLBACK + reason.
     """
     capacity = len(batch.labels)
     filled = 0
@@ -157,4 +159,6 @@ def fill_batch(tasks: Iterator[Task], batch: BatchViews, decoder, *, on_error: s
         filled += 1
         if filled == capacity:
             break
+    for reason, n in getattr(decoder, "take_fallbacks", dict)().items():
+        skipped[FALLBACK + reason] += n  # decode="cuda": decoded on the CPU instead
     return filled

@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 from torchvision.ops import roi_align
 
-from .decode import Augment, Decoder, center_crop_geometry, random_resized_crop_box
+from .batch import FALLBACK
+from .decode import Decoder, center_crop_geometry, random_resized_crop_box
 from .errors import SampleError
 
 log = logging.getLogger(__name__)
@@ -63,11 +64,13 @@ class Packed:
 class GpuDecode:
     """Prefetch item transform for packed batches -> (images uint8 NCHW or normalized, labels)."""
 
-    def __init__(self, augment: Augment, cpu: Decoder, normalize, device: torch.device,
+    def __init__(self, cpu: Decoder, normalize, device: torch.device,
                  decoder: tuple[str, JpegDecode]):
-        self.augment, self.cpu, self.normalize, self.device = augment, cpu, normalize, device
+        self.cpu, self.normalize, self.device = cpu, normalize, device
+        self.augment = cpu.augment  # the same geometry as the CPU path
         self.name, self._decode = decoder
-        self.counts: Counter = Counter()   # gpu_decoded, and parent-side fallbacks by reason
+        # Reported like the workers' counts: skip reasons as they are, the rest under FALLBACK.
+        self.counts: Counter = Counter()
 
     def __call__(self, packed: Packed):
         buf = packed.buf
@@ -110,7 +113,7 @@ class GpuDecode:
                 out[slot].copy_(self._center_crop(image))
         for group in by_size.values():
             self._random_resized_crops(group, arrays.seeds, out)
-        self.counts["gpu_decoded"] += len(kept) - sum(isinstance(i, np.ndarray) for i in images)
+        self.counts[FALLBACK + "gpu_decoded"] += len(kept) - sum(isinstance(i, np.ndarray) for i in images)
         return kept
 
     def _decode_all(self, datas, slots, arrays) -> list:
@@ -128,9 +131,9 @@ class GpuDecode:
             try:
                 self.cpu(data.numpy().tobytes(), pixels, seed)
             except SampleError as error:
-                self.counts["dropped:" + error.reason] += 1
+                self.counts[error.reason] += 1  # neither nvJPEG nor Pillow: skipped
                 return None
-            self.counts["fallback:gpu_refused"] += 1
+            self.counts[FALLBACK + "gpu_refused"] += 1
             return pixels
 
     def _random_resized_crops(self, group, seeds, out) -> None:

@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 
-from .batch import Counted, fill_batch
+from .batch import FALLBACK, Counted, fill_batch
 from .decode import ALLOWED_FORMATS, Augment, Decoder, JpegPacker
 from .gpudecode import GpuDecode, Packed, find_jpeg_decoder
 from .errors import Limits, check_policy
@@ -149,8 +149,7 @@ class ImageLoader:
         # The device step must not refer back to the loader: a reference cycle would leave
         # CUDA objects for the garbage collector, which may then run in a forked child.
         if self.decode == "cuda":
-            self._gpu = GpuDecode(self.decoder.augment, self.decoder, self.normalize,
-                                  self.device, jpeg)
+            self._gpu = GpuDecode(self.decoder, self.normalize, self.device, jpeg)
             self.prefetcher = Prefetcher((), self.device, prefetch=max(prefetch, 1),
                                          item_transform=self._gpu, threaded=True)
             self._fill = JpegPacker(self.decoder)
@@ -167,7 +166,7 @@ class ImageLoader:
         self._resume: dict | None = None
         self._progress: _Progress | None = None
         self._reader_skipped: Counter = Counter()
-        self._length: int | None = None
+        self._archive_counts: list[int] | None = None
         self._pool: BufferPool | None = None
         self._workers: WorkerPool | None = None
         self._finalizer = None
@@ -179,7 +178,13 @@ class ImageLoader:
         return self.prefetcher.prefetch
 
     def _archive_images(self) -> list[int]:
-        """Images in each archive before decode failures (from the vocabulary scan)."""
+        """Images in each archive before decode failures (from the vocabulary scan); read
+        once: len() and every epoch's step count need them."""
+        if self._archive_counts is None:
+            self._archive_counts = self._count_archive_images()
+        return self._archive_counts
+
+    def _count_archive_images(self) -> list[int]:
         counts = []
         for src in self.sources:
             if hasattr(src, "read"):
@@ -213,14 +218,10 @@ class ImageLoader:
         return self._rank_images(self._next_epoch if epoch is None else epoch)[self.rank]
 
     def __len__(self) -> int:
-        if self._length is None:
-            if self.world_size > 1:
-                return self.steps_per_epoch()  # may change per epoch with archive splits
-            else:
-                n = self.images_per_epoch()
-                self._length = n // self.batch_size if self.drop_last \
-                    else -(-n // self.batch_size)
-        return self._length
+        if self.world_size > 1:
+            return self.steps_per_epoch()  # may change per epoch with archive splits
+        n = self.images_per_epoch()
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     # ---- epochs ----------------------------------------------------------------------------
 
@@ -267,7 +268,6 @@ class ImageLoader:
                 self.stats.batches += 1
                 self.stats.samples += len(item[1])
                 yield item
-            progress.finished = True
         finally:
             progress.closed = True  # ended or abandoned: iterating again starts the next epoch
             batches.close()
@@ -302,9 +302,6 @@ class ImageLoader:
                 counted = Counted(tasks)
                 buf.count = fill_batch(counted, buf.arrays, self._fill,
                                        on_error=self.options.on_error, skipped=skipped)
-                if self._gpu is not None:
-                    for reason, n in self._fill.take_fallbacks().items():
-                        skipped["fallback:" + reason] += n
                 buf.meta = {"worker": 0, "consumed": counted.n, "skipped": dict(skipped),
                             "merged": False}
                 self.stats.bytes = read_stats.get("bytes", 0)
@@ -426,18 +423,12 @@ class ImageLoader:
     def _collect_epoch_stats(self) -> None:
         if self._workers is not None:
             reader_skipped, nbytes = self._workers.epoch_stats
-            _Progress(self.stats.epoch).add_skips(reader_skipped, self.stats)
+            _tally(reader_skipped, self.stats)
             self.stats.bytes = nbytes or self.stats.bytes
         self.stats.skipped.update(self._reader_skipped)
         self._reader_skipped = Counter()
         if self._gpu is not None:
-            for key, n in self._gpu.take_counts().items():
-                if key.startswith("dropped:"):
-                    self.stats.skipped[key.removeprefix("dropped:")] += n
-                elif key.startswith("fallback:"):
-                    self.stats.fallbacks[key.removeprefix("fallback:")] += n
-                else:
-                    self.stats.fallbacks[key] += n  # gpu_decoded, reported alongside
+            _tally(self._gpu.take_counts(), self.stats)
         if self.stats.skipped:
             warnings.warn(f"epoch {self.stats.epoch}: skipped "
                           f"{sum(self.stats.skipped.values())} members of "
@@ -473,7 +464,6 @@ class _Progress:
     consumed: list = field(default_factory=list)  # tasks of each worker's stream delivered
     merged_done: int = 0
     skipped: Counter = field(default_factory=Counter)   # decode skips of delivered batches
-    finished: bool = False
     closed: bool = False
 
     @classmethod
@@ -488,21 +478,30 @@ class _Progress:
             self.merged_done += 1
         else:
             self.consumed[meta["worker"]] += meta["consumed"]
-            self.next_k = meta.get("k", self.next_k) + 1 if "k" in meta else self.next_k
+            if "k" in meta:  # workers number their batches; the in-process path does not
+                self.next_k = meta["k"] + 1
         self.add_skips(meta.get("skipped", {}), stats)
 
-    def add_skips(self, skipped: dict, stats: LoaderStats) -> None:
-        for key, n in skipped.items():  # workers report CPU fallbacks with the skips
-            if key.startswith("fallback:"):
-                stats.fallbacks[key.removeprefix("fallback:")] += n
-            else:
-                self.skipped[key] += n
-                stats.skipped[key] += n
+    def add_skips(self, counts: dict, stats: LoaderStats) -> None:
+        self.skipped.update(_tally(counts, stats))
 
     def as_dict(self) -> dict:
         return {"epoch": self.epoch, "batches": self.batches, "next_k": self.next_k,
                 "consumed": list(self.consumed), "merged_done": self.merged_done,
                 "skipped": dict(self.skipped)}
+
+
+def _tally(counts: dict, stats: LoaderStats) -> Counter:
+    """Add reported counts to the stats: skips by reason, FALLBACK-prefixed ones to fallbacks.
+    Returns the skips."""
+    skips: Counter = Counter()
+    for key, n in counts.items():
+        if key.startswith(FALLBACK):
+            stats.fallbacks[key.removeprefix(FALLBACK)] += n
+        else:
+            skips[key] += n
+    stats.skipped.update(skips)
+    return skips
 
 
 class _OnDevice:

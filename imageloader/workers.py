@@ -346,8 +346,6 @@ def _fill_order(worker_id, decoder, on_error, buffer, stream, channels, note, ge
         next(tasks, None)
     counted = Counted(tasks)
     count = fill_batch(counted, buffer, decoder, on_error=on_error, skipped=skipped)
-    for reason, n in getattr(decoder, "take_fallbacks", dict)().items():
-        skipped["fallback:" + reason] += n  # decode="cuda": decoded here on the CPU instead
     # A full batch is not final even if the stream ends right after it: the worker's next
     # order will come back empty and final. Peeking here would hold this batch back until the
     # reader dealt this worker's next group.
@@ -808,8 +806,8 @@ class WorkerPool:
         """Take back the buffers of orders sent for abandoned epochs: their workers answer
         within one image, so a break returns every buffer at once, not at the next epoch."""
         deadline = time.monotonic() + wait
-        while any(b.refs and b.meta.get("gen", 0) <= self._gen and b.meta.get("sent")
-                  for b in self.pool.buffers) and time.monotonic() < deadline:
+        while any(b.refs and b.meta.get("sent") for b in self.pool.buffers) \
+                and time.monotonic() < deadline:
             try:
                 message = self.channels.results.get(timeout=0.05)
             except (queue.Empty, OSError, ValueError):

@@ -1,8 +1,6 @@
 """decode="cuda": packing on the CPU side, the GPU stage's geometry, and (on a GPU host) nvJPEG."""
 from __future__ import annotations
 
-import io
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -91,8 +89,7 @@ def test_gpu_stage_geometry_matches_the_cpu_path(train):
     files = [photo(seed, size) for seed, size in enumerate(sizes)]
     augment = Augment.make(64, train)
     buf, cpu = packed_batch(files, augment)
-    images, labels = GpuDecode(augment, cpu, None, torch.device("cpu"), cpu_jpeg_decoder())(
-        Packed(buf))
+    images, labels = GpuDecode(cpu, None, torch.device("cpu"), cpu_jpeg_decoder())(Packed(buf))
     assert images.shape == (5, 3, 64, 64) and labels.tolist() == [0, 1, 2, 3, 4]
     for slot, data in enumerate(files):
         reference = np.empty(cpu.out_shape, np.uint8)
