@@ -1,17 +1,20 @@
 """Stage 1, read: stream `.tgz`/`.tar.gz`/`.tar` archives into labeled samples, never extracting.
 
-Each archive is read once, front to back, in constant memory: `tarfile` in stream mode with its
-member list cleared as we go (as webdataset does). The label is the member's parent folder
+Each archive is read once, front to back, in constant memory: the inflated stream is walked in
+blocks of a few MiB; common headers are parsed here, every other one (pax, GNU long names,
+links, damage) by tarfile's own parser. The label is the member's parent folder
 (`train/n01440764/x.JPEG` -> `n01440764`). Members that are not images are skipped and counted by
 reason, never decoded and never silently dropped. The stream is read to its very end so that the
 gzip CRC and length are verified and a corrupt header cannot pass for the end of the archive.
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import gzip
 import hashlib
 import io
+import itertools
 import os
 import re
 import tarfile
@@ -27,6 +30,9 @@ IMAGE_EXTENSIONS = frozenset({
 ARCHIVE_SUFFIXES = (".tgz", ".tar.gz", ".tar")
 _GZIP_MAGIC = b"\x1f\x8b"
 _DRAIN_CHUNK = 1 << 20
+_READ_CHUNK = 4 << 20     # bytes asked of the inflater at once
+_LOCATE_CHUNK = 16 << 10   # ... and while locating damage
+BLOCKSIZE = tarfile.BLOCKSIZE
 # Control characters, and the surrogates that stand for bytes that are not UTF-8.
 _BAD_CHARACTERS = re.compile("[\x00-\x1f\x7f\udc80-\udcff]")
 
@@ -166,46 +172,198 @@ def open_stream(source: Source, inflate: str = "auto", threads: int | None = Non
 
 
 class _StructureError(Exception):
-    """Raised inside tarfile so it is not mistaken for a clean end of archive."""
+    """A header problem past the first header: never to be mistaken for a clean end."""
 
     def __init__(self, problem: str, offset: int):
         super().__init__(problem)
         self.problem, self.offset = problem, offset
 
 
-class _StrictTarInfo(tarfile.TarInfo):
-    # tarfile treats a corrupt or truncated header after the first one as the end of the
-    # archive, silently dropping everything after it. We turn those cases into errors.
-    @classmethod
-    def fromtarfile(cls, tar):
+class _Header(NamedTuple):
+    name: str
+    size: int
+    kind: str           # "file", "dir", "link" or "special"
+    offset: int         # of the (first) header block in the tar stream
+    offset_data: int
+    next_offset: int    # where the next header starts
+
+
+class _Blocks:
+    """The inflated tar stream read in large blocks, with the position tarfile would report.
+
+    tarfile's stream mode asks the inflater for 10 KiB at a time and joins the pieces: several
+    calls into the inflater per member, which made the tar walk the reader's wall. Here one
+    call fetches ~4 MiB and members are slices of it.
+
+    Reading ahead must not move the blame for damaged compressed data: an inflater raises on
+    the call that meets the damage, up to a block ahead of the member being walked. So when a
+    block fails, the stream is opened again (`reopen`), brought back to where the good bytes
+    end and read on in small steps: the error then surfaces at the member that holds it.
+    """
+
+    def __init__(self, stream: BinaryIO, reopen=None, chunk: int = _READ_CHUNK):
+        self.stream, self.reopen, self.chunk = stream, reopen, chunk
+        self.buf, self.pos, self.base = b"", 0, 0  # base: stream offset of buf[0]
+
+    def tell(self) -> int:
+        return self.base + self.pos
+
+    def _refill(self, need: int) -> bool:
+        self.base += len(self.buf)
+        self.buf = b""  # let the old block go before the new one arrives
         try:
-            return super().fromtarfile(tar)
-        except tarfile.EOFHeaderError:
-            raise
-        except tarfile.EmptyHeaderError:
-            if tar.offset == 0:
+            self.buf = self.stream.read(max(self.chunk, need))
+        except Exception:
+            if self.reopen is None or self.chunk <= _LOCATE_CHUNK:
                 raise
-            raise _StructureError("archive ends without the end-of-archive marker "
-                                  "(truncated)", tar.offset) from None
-        except tarfile.TruncatedHeaderError:
-            if tar.offset == 0:
-                raise
-            raise _StructureError("archive is truncated inside a tar header", tar.offset) from None
-        except tarfile.InvalidHeaderError as error:
-            if tar.offset == 0:
-                raise
-            raise _StructureError(f"corrupt tar header ({error})", tar.offset) from None
+            self._read_on_in_small_steps()
+            self.buf = self.stream.read(max(self.chunk, need))
+        self.pos = 0
+        return bool(self.buf)
+
+    def _read_on_in_small_steps(self) -> None:
+        stream = self.reopen()
+        done = 0
+        while done < self.base:  # these bytes inflated fine the first time
+            done += len(stream.read(min(self.chunk, self.base - done)))
+        with contextlib.suppress(Exception):
+            self.stream.close()
+        self.stream, self.chunk = stream, _LOCATE_CHUNK
+
+    def read(self, n: int) -> bytes:
+        end = self.pos + n
+        if end <= len(self.buf):
+            self.pos = end
+            return self.buf[end - n:end]
+        parts = [self.buf[self.pos:]]
+        got = len(parts[0])
+        self.pos = len(self.buf)
+        while got < n and self._refill(n - got):
+            take = min(n - got, len(self.buf))
+            parts.append(self.buf[:take])
+            self.pos, got = take, got + take
+        return b"".join(parts)
+
+    def unread(self, data: bytes) -> None:
+        """Put back what the last read returned (a header the fast parser declined)."""
+        if self.pos >= len(data) and self.buf[self.pos - len(data):self.pos] == data:
+            self.pos -= len(data)
+            return
+        at = self.tell() - len(data)   # it straddled two blocks: rebuild the buffer
+        self.buf, self.pos, self.base = data + self.buf[self.pos:], 0, at
+
+    def skip(self, n: int) -> int:
+        """Discard up to n bytes without holding them; returns how many there were."""
+        done = 0
+        while done < n:
+            if self.pos == len(self.buf) and not self._refill(0):
+                break
+            step = min(n - done, len(self.buf) - self.pos)
+            self.pos += step
+            done += step
+        return done
 
 
-def classify(info: tarfile.TarInfo, limits: Limits) -> tuple[str | None, str | None, str]:
-    """Return (label, skip_reason, normalized_name): exactly one of the first two is None."""
+class _TarState:
+    """What `tarfile.TarInfo.fromtarfile` reads from a TarFile: we use tarfile's own parser for
+    every header the fast path declines (pax and GNU extensions, links, damaged headers)."""
+
+    def __init__(self, blocks: _Blocks):
+        self.fileobj, self.offset = blocks, 0
+        self.encoding, self.errors = tarfile.ENCODING, "surrogateescape"
+        self.pax_headers: dict = {}
+
+
+_FAST_KINDS = {b"0": "file", b"\0": "file", b"5": "dir"}
+# Global pax keys that change nothing we read: after any other, tarfile parses every header.
+_HARMLESS_GLOBAL_PAX = frozenset({"comment", "mtime", "atime", "ctime", "uid", "gid", "uname",
+                                  "gname", "hdrcharset"})
+
+
+def _nts(field: bytes) -> bytes:
+    end = field.find(b"\0")
+    return field if end < 0 else field[:end]
+
+
+def _parse_plain(block: bytes, offset: int) -> _Header | None:
+    """The common header (ustar/GNU magic, file or directory, octal fields, valid checksum),
+    parsed as tarfile.TarInfo.frombuf would; None for anything else."""
+    if block[257:262] != b"ustar" or len(block) != BLOCKSIZE:
+        return None
+    kind = _FAST_KINDS.get(block[156:157])
+    if kind is None or block[124] & 0x80:  # base-256 size: leave it to tarfile
+        return None
+    try:
+        size = int(_nts(block[124:136]).strip() or b"0", 8)
+        checksum = int(_nts(block[148:156]).strip() or b"0", 8)
+    except ValueError:
+        return None
+    if checksum != 256 + sum(block) - sum(block[148:156]):
+        return None  # maybe the signed variant, or damage: tarfile decides
+    name = _nts(block[:100]).decode(tarfile.ENCODING, "surrogateescape")
+    if kind == "file" and block[156] == 0 and name.endswith("/"):
+        kind = "dir"  # old V7 style: a regular file with a trailing slash
+    if kind == "dir":
+        name = name.rstrip("/")
+    prefix = _nts(block[345:500])
+    if prefix:
+        name = prefix.decode(tarfile.ENCODING, "surrogateescape") + "/" + name
+    data = offset + BLOCKSIZE
+    end = data + ((size + BLOCKSIZE - 1) // BLOCKSIZE) * BLOCKSIZE if kind == "file" else data
+    return _Header(name, size, kind, offset, data, end)
+
+
+def _parse_with_tarfile(tar: _TarState, offset: int) -> _Header | None:
+    """tarfile's full header parser; None at the end-of-archive block."""
+    try:
+        info = tarfile.TarInfo.fromtarfile(tar)
+    except tarfile.EOFHeaderError:
+        return None
+    except tarfile.HeaderError as error:
+        if offset == 0 and not isinstance(error, tarfile.SubsequentHeaderError):
+            raise tarfile.ReadError("empty file" if isinstance(error, tarfile.EmptyHeaderError)
+                                    else str(error)) from None
+        raise _StructureError(_header_problem(error), offset) from None
     if info.isdir():
-        return None, "directory", info.name
-    if info.issym() or info.islnk():
-        return None, "link", info.name
-    if not info.isfile() or info.issparse():
-        return None, "special", info.name
-    name, reason = _validated_name(info.name, limits)
+        kind = "dir"
+    elif info.issym() or info.islnk():
+        kind = "link"
+    elif info.isfile() and not info.issparse():
+        kind = "file"
+    else:
+        kind = "special"
+    return _Header(info.name, info.size, kind, info.offset, info.offset_data, tar.offset)
+
+
+def _header_problem(error: tarfile.HeaderError) -> str:
+    if isinstance(error, tarfile.EmptyHeaderError):
+        return "archive ends without the end-of-archive marker (truncated)"
+    if isinstance(error, tarfile.TruncatedHeaderError):
+        return "archive is truncated inside a tar header"
+    return f"corrupt tar header ({error})"
+
+
+def _headers(blocks: _Blocks) -> Iterator[_Header]:
+    """Every header of the stream in order; the caller moves `blocks` to `next_offset`."""
+    tar = _TarState(blocks)
+    while True:
+        offset = blocks.tell()
+        block = blocks.read(BLOCKSIZE)
+        header = None if tar.pax_headers.keys() - _HARMLESS_GLOBAL_PAX \
+            else _parse_plain(block, offset)
+        if header is None:
+            blocks.unread(block)
+            header = _parse_with_tarfile(tar, offset)
+            if header is None:
+                return
+        yield header
+
+
+def classify(header: _Header, limits: Limits) -> tuple[str | None, str | None, str]:
+    """Return (label, skip_reason, normalized_name): exactly one of the first two is None."""
+    if header.kind != "file":
+        return None, ("directory" if header.kind == "dir" else header.kind), header.name
+    name, reason = _validated_name(header.name, limits)
     if reason:
         return None, reason, name
     parts = name.split("/")
@@ -245,19 +403,13 @@ def iter_members(source: Source, *, skipped: Counter, limits: Limits = Limits(),
         raise ArchiveError(archive, f"cannot open: {error}") from error
     state = {"index": -1, "name": None, "data_at": None, "size": 0}
     try:
-        yield from _walk(stream, archive, skipped, limits, read_data, state)
+        reopen = None if hasattr(source, "read") else lambda: open_stream(source, inflate, threads)
+        yield from _walk(stream, archive, skipped, limits, read_data, state, reopen)
     except ArchiveError:
         raise
     except _StructureError as error:
         raise ArchiveError(archive, error.problem, member=state["name"], index=state["index"] + 1,
                            offset=error.offset) from None
-    except tarfile.ReadError as error:
-        if "unexpected end of data" not in str(error) or state["data_at"] is None:
-            raise _archive_error(archive, error, state, source) from error
-        # tarfile skipping the data of the last member (not read: a scan, or a skipped member)
-        raise ArchiveError(archive, f"unexpected end of data: the archive ends inside this "
-                           f"member's {state['size']} bytes (truncated)", member=state["name"],
-                           index=state["index"], offset=state["data_at"]) from None
     except Exception as error:  # zlib, isal and rapidgzip each raise their own types
         raise _archive_error(archive, error, state, source) from error
     finally:
@@ -280,36 +432,53 @@ def _is_gzip(source) -> bool:
         return False
 
 
-def _walk(stream, archive, skipped, limits, read_data, state) -> Iterator[Member]:
+def _walk(stream, archive, skipped, limits, read_data, state, reopen) -> Iterator[Member]:
+    # A stream given by the caller cannot be opened again to locate damage: read it in small
+    # steps from the start, as tarfile does.
+    blocks = _Blocks(stream, reopen, _READ_CHUNK if reopen else _LOCATE_CHUNK)
     try:
-        tar = tarfile.open(fileobj=stream, mode="r|", tarinfo=_StrictTarInfo)
+        yield from _walk_blocks(blocks, archive, skipped, limits, read_data, state)
+    finally:
+        if blocks.stream is not stream:
+            blocks.stream.close()
+
+
+def _walk_blocks(blocks, archive, skipped, limits, read_data, state) -> Iterator[Member]:
+    seen: set[bytes] = set()
+    headers = _headers(blocks)
+    try:
+        first = next(headers, None)
     except tarfile.ReadError as error:
         if _looks_inflated_empty(error, archive):
             raise ArchiveError(archive, "the gzip stream is truncated or corrupt: nothing "
                                "could be inflated from it") from None
         raise ArchiveError(archive, f"not a tar or gzip-compressed tar archive ({error})") \
             from None
-    seen: set[bytes] = set()
-    for info in tar:
-        tar.members.clear()  # stream mode would otherwise keep every TarInfo: memory grows
+    if first is None:
+        _check_trailer(blocks, archive, state)
+        return
+    for header in itertools.chain([first], headers):
         state["index"] += 1
-        state["name"] = info.name
-        state["data_at"], state["size"] = info.offset_data, info.size
-        label, reason, name = classify(info, limits)
+        state["name"] = header.name
+        state["data_at"], state["size"] = header.offset_data, header.size
+        label, reason, name = classify(header, limits)
         if reason is None:
-            reason = _size_or_duplicate_problem(info, name, seen, limits)
+            reason = _size_or_duplicate_problem(header, name, seen, limits)
+        data = None
+        if reason is None and read_data:
+            data = _read_data(blocks, header, archive, state["index"])
+        _move_to_next(blocks, header, archive, state)
         if reason:
             skipped[reason] += 1
             continue
-        data = _read_data(tar, info, archive, state["index"]) if read_data else None
         yield Member(archive, state["index"], name, label, data)
-    _check_trailer(tar, archive, state)
+    _check_trailer(blocks, archive, state)
 
 
-def _size_or_duplicate_problem(info, name, seen, limits) -> str | None:
-    if info.size == 0:
+def _size_or_duplicate_problem(header, name, seen, limits) -> str | None:
+    if header.size == 0:
         return "empty"
-    if info.size > limits.max_member_bytes:
+    if header.size > limits.max_member_bytes:
         return "too_large"  # decided from the header: the data is skipped, never buffered
     key = hashlib.blake2b(name.encode("utf-8", "surrogateescape"), digest_size=8).digest()
     if key in seen:
@@ -318,23 +487,31 @@ def _size_or_duplicate_problem(info, name, seen, limits) -> str | None:
     return None
 
 
-def _read_data(tar, info, archive, index) -> bytes:
-    # Reading the stream directly skips extractfile's per-member file object; tarfile.next()
-    # then skips the block padding itself.
-    data = tar.fileobj.read(info.size)
-    if len(data) != info.size:
-        raise ArchiveError(archive, f"unexpected end of data: member needs {info.size} bytes, "
-                           f"archive has {len(data)}", member=info.name, index=index,
-                           offset=info.offset_data)
+def _read_data(blocks, header, archive, index) -> bytes:
+    data = blocks.read(header.size)
+    if len(data) != header.size:
+        raise ArchiveError(archive, f"unexpected end of data: member needs {header.size} bytes, "
+                           f"archive has {len(data)}", member=header.name, index=index,
+                           offset=header.offset_data)
     return data
 
 
-def _check_trailer(tar, archive, state) -> None:
+def _move_to_next(blocks, header, archive, state) -> None:
+    """Skip the rest of a member (all of it if not read) and its padding, as tarfile would:
+    an archive that ends before the next header is truncated."""
+    gap = header.next_offset - blocks.tell()
+    if gap > 0 and blocks.skip(gap) < gap:
+        raise ArchiveError(archive, f"unexpected end of data: the archive ends inside this "
+                           f"member's {header.size} bytes (truncated)", member=header.name,
+                           index=state["index"], offset=header.offset_data)
+
+
+def _check_trailer(blocks, archive, state) -> None:
     # Read to the very end: this is what makes gzip verify its CRC and length, and anything
     # that is not zero padding after the end marker means members we could not see.
-    offset = tar.offset
+    offset = blocks.tell() - BLOCKSIZE  # the end marker's block, just read
     while True:
-        chunk = tar.fileobj.read(_DRAIN_CHUNK)
+        chunk = blocks.read(_DRAIN_CHUNK)
         if not chunk:
             return
         if chunk.count(0) != len(chunk):

@@ -53,7 +53,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None, help="decode workers (default: cores-1)")
     p.add_argument("--prefetch", default="2", help="comma-separated prefetch depths for ours")
     p.add_argument("--decode", default="cpu,cuda", help="comma-separated decode modes for ours")
-    p.add_argument("--recipes", default="ceiling,ours,loader,decode,peer-shards,wds-shards,"
+    p.add_argument("--recipes", default="ceiling,ours,loader,decode,reader,peer-shards,wds-shards,"
                    "wds-one,timm-shards", help="which recipes to run")
     p.add_argument("--decode-images", type=int, default=400, help="images for the decode rate")
     p.add_argument("--out", default="bench-out/results.json")
@@ -232,6 +232,23 @@ def run_peer_loader_alone(shards, classes, args) -> dict:
     return {"recipe": name, "img_per_s": rate}
 
 
+def run_reader_rate(archive, args) -> dict:
+    """What the reader process does per epoch (inflate, walk the tar, label, shuffle, seed),
+    alone in this process: if it is slower than the workers decode, it is the loader's wall."""
+    from collections import Counter
+    from imageloader.workers import ReadPlan
+    loader = ImageLoader(archive, workers=0, device="cpu")
+    plan = ReadPlan((archive,), loader.vocab.index, args.batch_size, 4096, 0)
+    t0, n = time.perf_counter(), 0
+    for _ in plan.tasks(0, (0,), Counter(), {}):
+        n += 1
+        if time.perf_counter() - t0 > min(args.max_seconds, 20):
+            break
+    rate = n / (time.perf_counter() - t0)
+    print(f"{'reader alone (tasks)':32s} {rate:9.0f} img/s", flush=True)
+    return {"recipe": "reader alone", "img_per_s": rate}
+
+
 def run_decode_rate(archive, args) -> dict:
     """Single-process PIL decode + RandomResizedCrop + flip rate on in-memory JPEGs."""
     from imageloader.read import iter_members
@@ -386,6 +403,8 @@ def main(args) -> dict:
     classes = ImageLoader(archive, workers=0, device="cpu").vocab.classes
     if "decode" in recipes:
         results["loader"].append(run_decode_rate(archive, args))
+    if "reader" in recipes:
+        results["loader"].append(run_reader_rate(archive, args))
     if "loader" in recipes:
         for decode in args.decode.split(","):
             results["loader"].append(run_loader_alone(archive, args, decode))

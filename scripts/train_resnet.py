@@ -82,6 +82,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     a("--evaluate", action="store_true", help="only validate the --resume checkpoint")
     a("--profile", action="store_true", help="chrome trace of steps 5-9 to out-dir/trace.json")
     a("--max-steps", type=int, default=None, help="stop each epoch after this many steps")
+    a("--steady-after", type=int, default=10, help="steps before the steady-state img/s "
+      "clock starts (cuDNN autotuning and start-up excluded)")
     a("--log-every", type=int, default=10, help="steps between loss syncs for the progress bar")
     a("--save-every", type=int, default=0, help="also checkpoint every N steps mid-epoch "
       "(with the loader's position: --resume continues with exactly the batches left)")
@@ -197,12 +199,19 @@ def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), device=device, dtype=torch.long)
     seen, wait_s, start = 0, 0.0, time.perf_counter()
+    steady_seen, steady_start = 0, None
     bar = tqdm(total=steps * loader.batch_size, desc=f"epoch {epoch}", unit="img",
                leave=False, disable=None if is_main() else True, dynamic_ncols=True)
     first = loader.state_dict()["batches"]  # > 0 when resuming mid-epoch
     batches = iter(loader)
     try:
         for step in range(first, steps):
+            if step == first + args.steady_after:
+                # One synchronize, once: the steady clock starts when the warm-up steps have
+                # really run, not when they were queued.
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                steady_seen, steady_start = seen, time.perf_counter()
             t0 = time.perf_counter()
             batch = next(batches, None)  # host time blocked on data (decode, or CPU transfer)
             wait_s += time.perf_counter() - t0
@@ -232,11 +241,15 @@ def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=
         batches.close()  # ends the epoch in the loader (and finalizes loader.stats)
         bar.close()
     # This synchronizes: the epoch's time below includes all its queued GPU work.
-    loss_total, correct_total, seen_total = summed(loss_sum, correct,
-                                                   torch.tensor(seen, device=device))
+    loss_total, correct_total, seen_total, steady_total = summed(
+        loss_sum, correct, torch.tensor(seen, device=device),
+        torch.tensor(seen - steady_seen, device=device))
     loss, acc = loss_total / max(seen_total, 1), 100 * correct_total / max(seen_total, 1)
-    seconds = time.perf_counter() - start
+    end = time.perf_counter()
+    seconds = end - start
+    steady = steady_total / (end - steady_start) if steady_start is not None else None
     return {"train_loss": loss, "train_acc": acc, "img_per_s": seen_total / seconds,
+            "steady_img_per_s": steady,
             "data_wait_pct": 100 * wait_s / seconds, "seconds": seconds,
             "lr": sched.get_last_lr()[0]}
 
@@ -375,6 +388,9 @@ def fit(model, train, val, ckpt, out_dir: Path, args) -> dict:
         say(ROW.format(epoch, *(f"{metrics[k]:.{p}f}" for k, p in (
             ("train_loss", 4), ("train_acc", 2), ("val_top1", 2), ("val_top5", 2),
             ("img_per_s", 0), ("data_wait_pct", 1), ("seconds", 1)))))
+        if metrics.get("steady_img_per_s"):
+            say(f"steady: {metrics['steady_img_per_s']:.0f} img/s after {args.steady_after} "
+                f"steps ({metrics['steady_img_per_s'] / args.world_size:.0f} per rank)")
         if is_main():
             with open(out_dir / "metrics.jsonl", "a") as f:
                 f.write(json.dumps({**metrics, "loader": train.stats.as_dict(),

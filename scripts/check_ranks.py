@@ -1,0 +1,126 @@
+"""Check that ranks split an epoch exactly once, on any archive: run it under torchrun.
+
+    torchrun --nproc-per-node=2 scripts/check_ranks.py --data bench-data/imagenet-like.tgz
+
+Every rank iterates the epoch(s) with eval transforms (resize + center crop: deterministic), on
+its own GPU, and fingerprints each image it receives. Rank 0 then reads the same archive alone
+(world size 1) and compares: the ranks' images must be disjoint and together be every image
+once, plus the repeats that `uneven="pad"` adds so that every rank takes the same number of
+steps (or minus what "drop" leaves out). Prints one JSON line per epoch; exits 1 on a failure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from imageloader import ImageLoader, Options  # noqa: E402
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", nargs="+", required=True, help="archive(s), paths or globs")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--size", type=int, default=64, help="crop side: small keeps it fast")
+    p.add_argument("--workers", type=int, default=None)
+    p.add_argument("--uneven", default="pad", choices=["pad", "drop"])
+    p.add_argument("--out", default=None, help="also write the JSON lines here (rank 0)")
+    return p
+
+
+def fingerprints(images: torch.Tensor, weights: torch.Tensor) -> list[int]:
+    """A 64-bit fingerprint of each image's pixels, computed on its device."""
+    flat = images.reshape(len(images), -1).to(torch.int64)
+    return (flat * weights[: flat.shape[1]]).sum(dim=1).tolist()
+
+
+def read_epoch(loader: ImageLoader, epoch: int, weights) -> tuple[list[int], int, float]:
+    loader.set_epoch(epoch)
+    prints, steps, t0 = [], 0, time.perf_counter()
+    for images, labels in loader:
+        prints.extend(f * 1000 + int(y) for f, y in zip(fingerprints(images, weights),
+                                                         labels.tolist()))
+        steps += 1
+    return prints, steps, time.perf_counter() - t0
+
+
+def make_loader(data, args, device, **options) -> ImageLoader:
+    return ImageLoader(data, batch_size=args.batch_size, size=args.size, train=False,
+                       normalize=False, device=device, workers=args.workers,
+                       options=Options(uneven=args.uneven, **options))
+
+
+def main(args) -> int:
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(local)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device(f"cuda:{local}" if cuda else "cpu")
+    weights = torch.randint(1, 1 << 20, (3 * args.size * args.size,),
+                            generator=torch.Generator().manual_seed(0)).to(device)
+    failures = 0
+    lines = []
+    with make_loader(args.data, args, device) as loader:
+        for epoch in range(args.epochs):
+            mine, steps, seconds = read_epoch(loader, epoch, weights)
+            gathered: list = [None] * world
+            dist.all_gather_object(gathered, (mine, steps, seconds, len(loader)))
+            if rank == 0:
+                line, ok = compare(gathered, reference(args, device, epoch, weights), args)
+                line.update(epoch=epoch, world=world, device=torch.cuda.get_device_name()
+                            if cuda else "cpu", torch=torch.__version__)
+                failures += not ok
+                lines.append(line)
+                print(json.dumps(line), flush=True)
+    if rank == 0 and args.out:
+        Path(args.out).write_text("".join(json.dumps(x) + "\n" for x in lines))
+    dist.barrier()
+    dist.destroy_process_group()
+    return 1 if failures else 0
+
+
+_REFERENCE: dict = {}
+
+
+def reference(args, device, epoch, weights) -> Counter:
+    """Every image of the archive once, read by this process alone (eval: epoch-invariant)."""
+    if "prints" not in _REFERENCE:
+        with make_loader(args.data, args, device, rank=0, world_size=1) as alone:
+            _REFERENCE["prints"] = Counter(read_epoch(alone, epoch, weights)[0])
+    return _REFERENCE["prints"]
+
+
+def compare(gathered, everything: Counter, args) -> tuple[dict, bool]:
+    shares = [Counter(g[0]) for g in gathered]
+    steps = [g[1] for g in gathered]
+    union = sum(shares, Counter())
+    overlap = sum((a & b for i, a in enumerate(shares) for b in shares[i + 1:]), Counter())
+    missing = everything - union
+    extra = union - everything       # repeats: padding, or a sample seen twice
+    images = sum(everything.values())
+    world, batch = len(shares), args.batch_size
+    if args.uneven == "pad":
+        # Padding repeats at most the last (world - 1) batches' worth of images.
+        ok = not missing and sum(extra.values()) < world * batch and len(set(steps)) == 1
+    else:
+        ok = not extra and sum(missing.values()) < world * batch and len(set(steps)) == 1
+    line = {"ok": ok, "images": images, "per_rank": [sum(s.values()) for s in shares],
+            "steps": steps, "len": [g[3] for g in gathered], "missing": sum(missing.values()),
+            "repeated": sum(extra.values()), "shared_between_ranks": sum(overlap.values()),
+            "img_per_s_per_rank": [round(sum(Counter(g[0]).values()) / g[2]) for g in gathered]}
+    return line, ok
+
+
+if __name__ == "__main__":
+    sys.exit(main(get_args_parser().parse_args()))
