@@ -79,16 +79,20 @@ class ReadPlan:
     world_size: int = 1
 
     def tasks(self, epoch: int, order: tuple[int, ...], skipped: Counter,
-              stats: dict, stream: int = 0) -> Iterator[Task]:
-        """read -> label -> (rank share) -> shuffle + augmentation seeds: one epoch's tasks.
+              stats: dict, stream: int = 0, share: tuple[int, int] = (0, 1)) -> Iterator[Task]:
+        """read -> label -> (rank share) -> (reader share) -> shuffle + augmentation seeds.
 
-        `order` lists indices into `archives` (the epoch's shard order for this reader).
+        `order` lists indices into `archives` (the epoch's shard order for this reader);
+        `share` = (r, R): this reader keeps every R-th image from the r-th, when R readers
+        split the same archives by image.
         """
         members = _chain_members([self.archives[i] for i in order], skipped, stats, self)
         samples = iter_samples(members, _Vocab(self.vocab_index), skipped=skipped,
                                unknown_labels=self.unknown_labels)
         if self.world_size > 1:
             samples = take_share(samples, self.rank, self.world_size)
+        if share[1] > 1:
+            samples = take_share(samples, *share)
         return schedule(samples, seed=self.seed, epoch=epoch,
                         shuffle_buffer=self.shuffle_buffer, stream=stream)
 
@@ -250,9 +254,10 @@ def reader_main(reader_id: int, plan: ReadPlan, channels: _Channels, worker_ids:
                 continue
             if message is None:
                 return
-            gen, epoch, order = message
+            gen, epoch, order, share = message
             try:
-                _read_epoch(reader_id, plan, channels, worker_ids, gen, epoch, order, rings)
+                _read_epoch(reader_id, plan, channels, worker_ids, gen, epoch, order, share,
+                            rings)
             except BaseException as error:  # reported to the parent, raised in the loop
                 _report_error(channels.results, gen, f"reader {reader_id}", error)
     finally:
@@ -260,7 +265,8 @@ def reader_main(reader_id: int, plan: ReadPlan, channels: _Channels, worker_ids:
             rings.close()
 
 
-def _read_epoch(reader_id, plan, channels, worker_ids, gen, epoch, order, rings) -> None:
+def _read_epoch(reader_id, plan, channels, worker_ids, gen, epoch, order, share,
+                rings) -> None:
     skipped: Counter = Counter()
     stats: dict = {}
     chunks: dict[int, list] = {w: [] for w in worker_ids}
@@ -272,7 +278,7 @@ def _read_epoch(reader_id, plan, channels, worker_ids, gen, epoch, order, rings)
     def abandoned() -> bool:  # also when the training process died (the OOM killer, say)
         return gen < current.value or os.getppid() != parent
 
-    for position, task in enumerate(plan.tasks(epoch, order, skipped, stats, reader_id)):
+    for position, task in enumerate(plan.tasks(epoch, order, skipped, stats, reader_id, share)):
         worker = worker_ids[(position // plan.batch_size) % n_workers]
         data = rings.put(worker, task.sample.data, abandoned) if rings else task.sample.data
         if data is None:
@@ -287,6 +293,8 @@ def _read_epoch(reader_id, plan, channels, worker_ids, gen, epoch, order, rings)
         if chunks[worker]:
             _put(channels.tasks[worker], (gen, chunks[worker]), abandoned)
         _put(channels.tasks[worker], (gen, None), abandoned)  # end of this stream
+    if share[0] > 0:  # readers that split archives by image all walk the same members:
+        skipped, stats = Counter(), {}  # the first one reports their skips and bytes
     channels.results.put(("read", gen, reader_id, dict(skipped), stats.get("bytes", 0)))
 
 
@@ -487,7 +495,8 @@ class WorkerPool:
     """Owns the reader and decode processes and hands out filled batch buffers in order.
 
     `order_of(epoch)` gives an epoch's archive order (indices into the plan's archives); reader
-    r reads order[r::readers]. With `lookahead`, epoch e+1 starts as soon as e is fully read.
+    r reads order[r::readers], or every archive and every R-th image of them when there are
+    fewer archives than readers. With `lookahead`, epoch e+1 starts as soon as e is fully read.
     """
 
     def __init__(self, plan: ReadPlan, decoder, pool, *, workers: int, readers: int,
@@ -626,8 +635,16 @@ class WorkerPool:
         self._gen += 1
         state = _Epoch(self._gen, epoch, order)
         for r in range(self.readers):
-            self.channels.control[r].put((state.gen, epoch, tuple(order[r::self.readers])))
+            self.channels.control[r].put((state.gen, epoch, *self.reader_part(order, r)))
         return state
+
+    def reader_part(self, order: tuple, r: int) -> tuple[tuple, tuple[int, int]]:
+        """Reader r's archives and image share: archives are dealt out while there are enough
+        of them; with fewer archives than readers every reader walks them all (inflating
+        each in full) and keeps every R-th image: one stream's per-member work, split."""
+        if len(order) >= self.readers:
+            return tuple(order[r::self.readers]), (0, 1)
+        return tuple(order), (r, self.readers)
 
     def _collect(self, state: _Epoch) -> Iterator[Any]:
         while True:

@@ -164,3 +164,27 @@ def test_shards_are_split_by_rank_and_reshuffled_every_epoch(tmp_path, workers):
         assert not unique[0] & unique[1] and unique[0] | unique[1] == set(range(total))
         splits.append(frozenset(unique[0]))
     assert len(set(splits)) > 1  # the shard order, hence the split, changes with the epoch
+
+
+@pytest.mark.timeout(180)
+def test_check_ranks_script_under_torchrun(tmp_path):
+    """scripts/check_ranks.py, the exactly-once check run on the 2-GPU host, on 2 gloo ranks."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    repo = Path(__file__).resolve().parent.parent
+    path = numbered_archive(tmp_path / "n.tgz", 45)
+    out = tmp_path / "ranks.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
+         "--master-port", str(_free_port()), str(repo / "scripts/check_ranks.py"),
+         "--data", path, "--epochs", "2", "--batch-size", "4", "--size", "8", "--workers", "0",
+         "--out", str(out)], capture_output=True, text=True, timeout=170,
+        env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [x["epoch"] for x in lines] == [0, 1]
+    for x in lines:
+        assert x["ok"] and x["images"] == 45 and x["missing"] == 0
+        assert x["steps"] == [6, 6] and x["shared_between_ranks"] == x["repeated"]

@@ -287,3 +287,29 @@ def test_member_bytes_through_pipes_tiny_rings_or_default_rings(tmp_path, ring_b
             assert len(labels) == 25
         big = images[(images.float().std(dim=(1, 2, 3)) > 20)]
         assert len(big) == 1  # the textured one, not a solid class image
+
+
+@pytest.mark.parametrize("readers", [2, 3])
+def test_readers_split_one_archive_by_image(tmp_path, readers):
+    """Several readers walk the same archive and keep every R-th image: every image once per
+    epoch with its label, member-level skips counted once (not once per reader), and the
+    same batches again for the same seed and worker count."""
+    files = labeled_files(3, 11, size=(30, 20)) + [("t/c01/notes.txt", b"x"),
+                                                     ("t/c02/bad.jpg", b"not a jpeg")]
+    path = write_archive(tmp_path / "a.tgz", files)
+    runs = []
+    for _ in range(2):
+        with raw_loader(path, batch_size=4, workers=4, options=Options(readers=readers)) \
+                as loader:
+            epochs = []
+            for _ in range(2):
+                with pytest.warns(UserWarning, match="skipped 2 members"):
+                    images, labels, batches = collect(loader)
+                assert sorted(labels.tolist()) == [k for k in range(3) for _ in range(11)]
+                assert_labels_match_pixels(images, labels)
+                assert loader.stats.skipped == {"not_image": 1, "undecodable": 1}
+                assert [len(y) for _, y in batches] == [4] * 8 + [1]
+                epochs.append(images)
+            runs.append(epochs)
+    for epoch in range(2):
+        assert torch.equal(runs[0][epoch], runs[1][epoch])
