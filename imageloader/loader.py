@@ -415,7 +415,7 @@ class ImageLoader:
         # decoded on 16 cores). With GPU decode the workers only pack bytes and that reader is
         # the wall: two readers each inflate the whole stream (~0.3 ms of CPU per image) and
         # take every other image.
-        return 2 if self._gpu is not None and self.workers >= 8 else 1
+        return 2 if self._gpu is not None and default_workers() >= 7 else 1
 
     def _ring_bytes(self) -> int:
         """Each worker's byte ring holds ~2 batches of compressed members. The mean member

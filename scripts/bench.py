@@ -275,21 +275,35 @@ def _decode_all(data: list[bytes], repeat: int = 1) -> float:
     return time.perf_counter() - t0
 
 
+_LOADED: dict = {}
+
+
+def _load_jpegs(archive, n: int, start) -> None:
+    _LOADED.update(data=_sample_jpegs(archive, n), start=start)
+
+
+def _decode_loaded(repeat: int) -> tuple[int, float]:
+    _LOADED["start"].wait(timeout=120)  # every process loaded: all decode at the same time
+    return repeat * len(_LOADED["data"]), _decode_all(_LOADED["data"], repeat)
+
+
 def run_decode_rate(archive, args) -> list[dict]:
     """Decode rate of one process alone, and of `workers` processes decoding at once.
 
     The second is what the cores deliver together (shared caches, memory bandwidth, SMT,
-    lower turbo clocks): the loader can approach it, never workers x the first."""
+    lower turbo clocks): the loader can approach it, never workers x the first. Each process
+    loads its JPEGs before the clock starts: only decoding is timed."""
     import multiprocessing as mp
     data = _sample_jpegs(archive, args.decode_images)
     rate = len(data) / _decode_all(data)
     print(f"{'decode, one process':32s} {rate:9.0f} img/s", flush=True)
     workers = args.workers or default_workers()
-    with mp.get_context("spawn").Pool(workers) as pool:
-        pool.starmap(_decode_all, [(data[:8],)] * workers)  # import and warm up
-        t0 = time.perf_counter()
-        pool.starmap(_decode_all, [(data, 2)] * workers)
-        together = 2 * workers * len(data) / (time.perf_counter() - t0)
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(workers, _load_jpegs,
+                  (archive, args.decode_images, ctx.Barrier(workers))) as pool:
+        # One task per process (each blocks at the barrier until all have one).
+        done = pool.map(_decode_loaded, [2] * workers, chunksize=1)
+        together = sum(n for n, _ in done) / max(seconds for _, seconds in done)
     name = f"decode, {workers} processes at once"
     print(f"{name:32s} {together:9.0f} img/s", flush=True)
     return [{"recipe": "decode one process", "img_per_s": rate},
@@ -441,7 +455,7 @@ def main(args) -> dict:
         if shards and importlib.util.find_spec("webdataset"):
             results["loader"].append(run_peer_loader_alone(shards, classes, args))
     save(results, args.out)
-    for model in args.models.split(","):
+    for model in filter(None, args.models.split(",")):  # --models "": loader rows only
         rows = results["models"][model] = []
         trainer = Trainer(model, len(classes))
         if "ceiling" in recipes:
