@@ -22,7 +22,7 @@ from imageloader import ImageLoader, Options  # noqa: E402
 
 def main(args) -> dict:
     loader = ImageLoader(args.archive, batch_size=256, train=True, size=224, device="cuda",
-                         decode="cuda", drop_last=True,
+                         decode="cuda", drop_last=True, workers=args.workers or None,
                          options=Options(readers=args.readers or None))
     times = {"collect": [], "transform": [], "nvjpeg": []}
     gpu, last = loader._gpu, [None]
@@ -108,6 +108,7 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--archive", default="bench-data/imagenet-like.tgz")
     p.add_argument("--readers", type=int, default=0, help="0: the loader's default")
+    p.add_argument("--workers", type=int, default=0, help="packing processes (0: default)")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--nvjpeg-threads", action="store_true", help="also: nvJPEG, 1 vs 2 threads")
