@@ -24,17 +24,23 @@ def main(args) -> dict:
     loader = ImageLoader(args.archive, batch_size=256, train=True, size=224, device="cuda",
                          decode="cuda", drop_last=True, workers=args.workers or None,
                          options=Options(readers=args.readers or None))
-    times = {"collect": [], "transform": [], "nvjpeg": []}
+    times = {"collect": [], "collect_cpu": [], "transform": [], "nvjpeg": []}
+    events: list = []  # (start, end) on the side stream: the GPU time of each batch's work
     gpu, last = loader._gpu, [None]
     transform, decode = loader.prefetcher.item_transform, gpu._decode
 
     def timed_transform(item):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         if last[0] is not None:
-            times["collect"].append(t0 - last[0])
+            times["collect"].append(t0 - last[0][0])
+            times["collect_cpu"].append(c0 - last[0][1])  # this thread's CPU, not waiting
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
         out = transform(item)
-        last[0] = time.perf_counter()
-        times["transform"].append(last[0] - t0)
+        end.record()
+        events.append((start, end))
+        last[0] = (time.perf_counter(), time.thread_time())
+        times["transform"].append(last[0][0] - t0)
         return out
 
     def timed_decode(*a):
@@ -53,6 +59,7 @@ def main(args) -> dict:
                     torch.cuda.synchronize()
                     for v in times.values():
                         v.clear()
+                    events.clear()
                     t0 = time.perf_counter()
                 if batches > args.warmup and time.perf_counter() - t0 > args.seconds:
                     break
@@ -64,6 +71,8 @@ def main(args) -> dict:
         rate = (batches - args.warmup) * 256 / seconds
         readers = loader._workers.readers
     ms = {k: 1000 * sum(v) / max(len(v), 1) for k, v in times.items()}
+    done = [(a, b) for a, b in events if b.query()]
+    ms["gpu"] = sum(a.elapsed_time(b) for a, b in done) / max(len(done), 1)
     result = {"img_per_s": round(rate), "readers": readers, "workers": loader.workers,
               "ms_per_batch": {k: round(v, 2) for k, v in ms.items()},
               "batch_ms_at_this_rate": round(256_000 / rate, 2),
