@@ -381,7 +381,9 @@ class ImageLoader:
         if self._pool is not None:
             return
         pin = self.device if self.device.type == "cuda" else None
-        slots = self.prefetch + 2 + self.workers
+        # GPU decode: the prefetcher's collecting thread holds up to 3 more filled buffers
+        # (2 queued, 1 being submitted) that the workers must not go without.
+        slots = self.prefetch + 2 + self.workers + (3 if self._gpu is not None else 0)
         arena = self.batch_size * self.options.arena_per_image if self._gpu is not None else 0
         ring = self._ring_bytes() if self.workers > 0 else 0
         resources = _Resources(self.prefetcher)

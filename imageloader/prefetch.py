@@ -247,11 +247,20 @@ class Prefetcher:
             in_flight.clear()  # abandoned early: the pools already wait on these copies' events
 
     def _run_threaded(self, pairs) -> Iterator[Any]:
+        # Two threads: one takes host items from `pairs` (for the loader: waiting on workers,
+        # assigning buffers), the other submits copies and device transforms. nvJPEG holds
+        # its caller until the decode is done, so with one thread collecting waited for
+        # decoding and decoding for collecting.
+        collected: queue.Queue = queue.Queue(maxsize=2)
         jobs: queue.Queue = queue.Queue(maxsize=self.prefetch)
         stop = threading.Event()
-        worker = threading.Thread(target=self._submit_all, args=(iter(pairs), jobs, stop),
-                                  name="imageloader-prefetch", daemon=True)
-        worker.start()
+        threads = [
+            threading.Thread(target=self._collect_all, args=(iter(pairs), collected, stop),
+                             name="imageloader-collect", daemon=True),
+            threading.Thread(target=self._submit_all, args=(collected, jobs, stop),
+                             name="imageloader-prefetch", daemon=True)]
+        for thread in threads:
+            thread.start()
         try:
             while True:
                 job = jobs.get()
@@ -262,25 +271,37 @@ class Prefetcher:
                 yield self._hand_over(job)
         finally:
             stop.set()
-            while worker.is_alive():  # unblock a put() on a full queue, then wait for exit
-                with contextlib.suppress(queue.Empty):
-                    jobs.get(timeout=0.05)
+            for thread, q in zip(reversed(threads), (jobs, collected)):
+                while thread.is_alive() or not q.empty():  # unblock its put(), then join
+                    with contextlib.suppress(queue.Empty):
+                        _release_unsubmitted(q.get(timeout=0.05))
             if hasattr(pairs, "close"):
                 pairs.close()  # only now: a generator cannot be closed while another runs it
 
-    def _submit_all(self, pairs, jobs: queue.Queue, stop: threading.Event) -> None:
+    @staticmethod
+    def _collect_all(pairs, collected: queue.Queue, stop: threading.Event) -> None:
         try:
             for pair in pairs:
-                job = self._submit(*pair)
-                while not stop.is_set():
-                    with contextlib.suppress(queue.Full):
-                        jobs.put(job, timeout=0.1)
-                        break
-                if stop.is_set():
+                if not _put_unless(collected, pair, stop):
+                    _release_unsubmitted(pair)
                     return
-            jobs.put(_END)
-        except BaseException as error:  # handed to the consumer, raised in its loop
-            jobs.put(error)
+            _put_unless(collected, _END, stop)
+        except BaseException as error:  # handed on to the consumer, raised in its loop
+            _put_unless(collected, error, stop)
+
+    def _submit_all(self, collected: queue.Queue, jobs: queue.Queue,
+                    stop: threading.Event) -> None:
+        try:
+            while not stop.is_set():
+                with contextlib.suppress(queue.Empty):
+                    pair = collected.get(timeout=0.1)
+                    if pair is _END or isinstance(pair, BaseException):
+                        _put_unless(jobs, pair, stop)
+                        return
+                    if not _put_unless(jobs, self._submit(*pair), stop):
+                        return
+        except BaseException as error:
+            _put_unless(jobs, error, stop)
 
     def _submit(self, item: Any, release: Release | None) -> _InFlight:
         releases = [release] if release is not None else []
@@ -330,6 +351,21 @@ class Prefetcher:
         self.wait_events.clear()
         if self._staging is not None:
             self._staging.close()
+
+
+def _put_unless(q: queue.Queue, item, stop: threading.Event) -> bool:
+    """Put with back-pressure; False if `stop` was set first."""
+    while not stop.is_set():
+        with contextlib.suppress(queue.Full):
+            q.put(item, timeout=0.1)
+            return True
+    return False
+
+
+def _release_unsubmitted(item) -> None:
+    # A collected (host_item, release) pair that never reached the GPU: its buffer is free now.
+    if isinstance(item, tuple) and len(item) == 2 and callable(item[1]):
+        item[1](None)
 
 
 def release_batch(pool: BufferPool, buf: HostBatch) -> Release:

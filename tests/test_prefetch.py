@@ -91,10 +91,11 @@ def slow_side_stream(item):
 
 
 @cuda
+@pytest.mark.parametrize("threaded", [False, True])
 @pytest.mark.parametrize("depth", [0, 1, 2, 4])
-def test_integrity_with_a_slow_consumer(depth):
+def test_integrity_with_a_slow_consumer(depth, threaded):
     pool = BufferPool(depth + 2, 64, (32, 32, 3), pin_device=torch.device("cuda"))
-    prefetcher = Prefetcher((), "cuda", prefetch=depth,
+    prefetcher = Prefetcher((), "cuda", prefetch=depth, threaded=threaded,
                             item_transform=lambda item: (item[0].float(), item[1]))
     got = read_all(prefetcher, numbered_batches(pool, 40), consumer_sleep=2_000_000)
     assert torch.equal(got, expected(40))
@@ -103,10 +104,37 @@ def test_integrity_with_a_slow_consumer(depth):
 
 
 @cuda
-def test_integrity_with_a_slow_side_stream():
+@pytest.mark.parametrize("threaded", [False, True])
+def test_integrity_with_a_slow_side_stream(threaded):
     pool = BufferPool(4, 64, (32, 32, 3), pin_device=torch.device("cuda"))
-    prefetcher = Prefetcher((), "cuda", prefetch=2, item_transform=slow_side_stream)
+    prefetcher = Prefetcher((), "cuda", prefetch=2, item_transform=slow_side_stream,
+                            threaded=threaded)
     assert torch.equal(read_all(prefetcher, numbered_batches(pool, 12)), expected(12))
+    pool.close()
+
+
+@cuda
+@pytest.mark.parametrize("stop_after", [1, 3])
+def test_threaded_break_returns_every_buffer(stop_after):
+    """Threaded mode collects batches ahead of submitting them: on a break, the collected but
+    unsubmitted ones must go back to the pool too, and the source generator must be closed."""
+    pool = BufferPool(6, 64, (32, 32, 3), pin_device=torch.device("cuda"))
+    closed = []
+
+    def source():
+        try:
+            yield from numbered_batches(pool, 50)
+        finally:
+            closed.append(True)
+    prefetcher = Prefetcher((), "cuda", prefetch=2, item_transform=slow_side_stream,
+                            threaded=True)
+    it = prefetcher.run(source())
+    for k, (images, labels) in zip(range(stop_after), it):
+        assert labels.float().mean().item() == k
+    it.close()
+    torch.cuda.synchronize()
+    assert closed == [True]
+    assert pool.in_use() == 0
     pool.close()
 
 
