@@ -94,7 +94,8 @@ def slow_side_stream(item):
 @pytest.mark.parametrize("threaded", [False, True])
 @pytest.mark.parametrize("depth", [0, 1, 2, 4])
 def test_integrity_with_a_slow_consumer(depth, threaded):
-    pool = BufferPool(depth + 2, 64, (32, 32, 3), pin_device=torch.device("cuda"))
+    # Threaded, the collecting thread holds up to 3 more leased buffers (2 queued, 1 waiting).
+    pool = BufferPool(depth + 2 + 3 * threaded, 64, (32, 32, 3), pin_device=torch.device("cuda"))
     prefetcher = Prefetcher((), "cuda", prefetch=depth, threaded=threaded,
                             item_transform=lambda item: (item[0].float(), item[1]))
     got = read_all(prefetcher, numbered_batches(pool, 40), consumer_sleep=2_000_000)
@@ -106,7 +107,7 @@ def test_integrity_with_a_slow_consumer(depth, threaded):
 @cuda
 @pytest.mark.parametrize("threaded", [False, True])
 def test_integrity_with_a_slow_side_stream(threaded):
-    pool = BufferPool(4, 64, (32, 32, 3), pin_device=torch.device("cuda"))
+    pool = BufferPool(4 + 3 * threaded, 64, (32, 32, 3), pin_device=torch.device("cuda"))
     prefetcher = Prefetcher((), "cuda", prefetch=2, item_transform=slow_side_stream,
                             threaded=threaded)
     assert torch.equal(read_all(prefetcher, numbered_batches(pool, 12)), expected(12))
@@ -118,7 +119,7 @@ def test_integrity_with_a_slow_side_stream(threaded):
 def test_threaded_break_returns_every_buffer(stop_after):
     """Threaded mode collects batches ahead of submitting them: on a break, the collected but
     unsubmitted ones must go back to the pool too, and the source generator must be closed."""
-    pool = BufferPool(6, 64, (32, 32, 3), pin_device=torch.device("cuda"))
+    pool = BufferPool(7, 64, (32, 32, 3), pin_device=torch.device("cuda"))
     closed = []
 
     def source():
