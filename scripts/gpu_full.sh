@@ -5,7 +5,7 @@
 # decode, prefetch 0/1/2/4) with its chart; a profiler timeline of prefetch 0 vs 2; pinned vs
 # registered vs pageable copy bandwidth; and the training script with --prefetch 0 and 2.
 # OUT_DIR receives 8 files: bench.json, bench-resnet50.png, bench-resnet18.png, timeline.png,
-# h2d.json, pytest.log, run.log (all console output) and traces.tar.gz.
+# h2d.json, pytest.log, run.log (all console output) and gpu-decode-profile.jsonl.
 set -uo pipefail
 out=${1:-bench-out}
 work=$(mktemp -d)
@@ -21,6 +21,9 @@ python3 scripts/plot_timeline.py "$work/trace-p0-resnet50.json" \
   --compare "$work/trace-p2-resnet50.json" --labels "prefetch=0" "prefetch=2" \
   --out "$work/timeline.png" --title "ResNet-50 training steps" 2>&1 | tail -20
 python3 scripts/bench_h2d.py --out "$work/h2d.json" 2>&1 | tail -12
+echo "== GPU decode: host time per batch of its thread"
+python3 scripts/profile_gpu_decode.py --archive "$data" --seconds 8 --nvjpeg-threads 2>&1 \
+  | grep "^{" | tee "$work/gpu-decode-profile.jsonl"
 for p in 0 2; do
   echo "== train_resnet.py --prefetch $p"
   python3 scripts/train_resnet.py --data "$data" --val "${data%.tgz}-shard-00000.tgz" \
@@ -28,8 +31,7 @@ for p in 0 2; do
     --out-dir "$work/train-p$p" 2>&1 | grep -v "it/s\]$" | tail -4
 done
 } 2>&1 | tee "$work/run.log"
-tar -czf "$work/traces.tar.gz" -C "$work" $(cd "$work" && ls trace-*.json 2>/dev/null)
 for f in bench.json bench-resnet50.png bench-resnet18.png timeline.png h2d.json pytest.log \
-         run.log traces.tar.gz; do
+         run.log gpu-decode-profile.jsonl; do
   [ -f "$work/$f" ] && cp "$work/$f" "$out/"
 done
