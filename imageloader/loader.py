@@ -47,7 +47,9 @@ class Options:
     unknown_labels: str = "raise"       # class folder not in vocab: "raise" or "skip"
     inflate: str = "auto"               # "auto" | "rapidgzip" | "isal" | "gzip"
     inflate_threads: int | None = None  # rapidgzip threads (None: min(8, cores))
-    readers: int | None = None          # reader processes for a list of archives
+    readers: int | None = None          # reader processes: a list of archives is dealt out;
+                                        # one archive is split by image (order then depends
+                                        # on the reader count). None: see _default_readers
     timeout: float = 300.0              # seconds without any batch before erroring out
     lookahead: bool = True              # start reading epoch e+1 as soon as e is fully read
     arena_per_image: int = 192 << 10    # decode="cuda": packed JPEG bytes per batch slot
@@ -416,8 +418,9 @@ class ImageLoader:
         # One archive: one reader keeps ahead of decoding on the CPU (~10k members/s vs ~5k
         # decoded on 16 cores). With GPU decode the workers only pack bytes and that reader is
         # the wall: two readers each inflate the whole stream (~0.3 ms of CPU per image) and
-        # take every other image.
-        return 2 if self._gpu is not None and default_workers() >= 7 else 1
+        # take every other image. Only when shuffling: evaluation keeps the archive's order.
+        split = self._gpu is not None and self.shuffle_buffer > 1 and default_workers() >= 7
+        return 2 if split else 1
 
     def _ring_bytes(self) -> int:
         """Each worker's byte ring holds ~2 batches of compressed members. The mean member
