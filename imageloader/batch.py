@@ -39,6 +39,7 @@ class BatchViews(NamedTuple):
     seeds: np.ndarray     # (B,) uint64: augmentation seed of each image
     offsets: np.ndarray   # (B,) int64
     lengths: np.ndarray   # (B,) int64
+    boxes: np.ndarray     # (B, 5) float32: packed images' train crop (l, t, r, b) and flip
     arena: np.ndarray     # (A,) uint8
 
 
@@ -50,6 +51,7 @@ def batch_layout(batch_size: int, image_shape: tuple[int, int, int], arena_bytes
     """Fields of one buffer, each page-aligned; shared by the pool and the worker processes."""
     specs = [("labels", "int64", (batch_size,)), ("seeds", "uint64", (batch_size,)),
              ("offsets", "int64", (batch_size,)), ("lengths", "int64", (batch_size,)),
+             ("boxes", "float32", (batch_size, 5)),
              ("images", "uint8", (batch_size, *image_shape)), ("arena", "uint8", (arena_bytes,))]
     fields, offset = {}, 0
     for name, dtype, shape in specs:

@@ -159,7 +159,7 @@ class JpegPacker:
         self._end = 0
 
     def fill(self, batch, slot: int, data: bytes, seed: int) -> None:
-        reason = gpu_unsuitable(data, self.cpu.mode, self.cpu.limits)
+        reason, size = gpu_screen(data, self.cpu.mode, self.cpu.limits)
         if reason is None and self._end + len(data) > len(batch.arena):
             reason = "arena_full"
         if reason is not None:
@@ -169,6 +169,13 @@ class JpegPacker:
         batch.arena[self._end:self._end + len(data)] = np.frombuffer(data, np.uint8)
         batch.offsets[slot], batch.lengths[slot] = self._end, len(data)
         self._end += len(data)
+        augment = self.cpu.augment
+        if augment.train:
+            # The crop box is drawn here, where the header was parsed anyway, with the same
+            # draws in the same order as Decoder: the GPU stage then does no per-image Python.
+            rng = random.Random(seed)
+            box = random_resized_crop_box(size, augment.scale, augment.ratio, rng)
+            batch.boxes[slot] = (*box, rng.random() < augment.flip)
 
     def take_fallbacks(self) -> dict:
         counts, self.fallbacks = dict(self.fallbacks), Counter()
@@ -177,24 +184,30 @@ class JpegPacker:
 
 def gpu_unsuitable(data: bytes, mode: str, limits: Limits) -> str | None:
     """Why nvJPEG should not get this image, or None. Reads headers only."""
+    return gpu_screen(data, mode, limits)[0]
+
+
+def gpu_screen(data: bytes, mode: str, limits: Limits
+               ) -> tuple[str | None, tuple[int, int] | None]:
+    """(why nvJPEG should not get this image or None, its (width, height)), from headers."""
     if data[:3] != b"\xff\xd8\xff":
-        return "not_jpeg"
+        return "not_jpeg", None
     try:
         img = Image.open(io.BytesIO(data), formats=("JPEG",))
     except Exception:
-        return "unreadable_header"
+        return "unreadable_header", None
     width, height = img.size
     if width * height > limits.max_pixels or min(width, height) < 1:
-        return "size"
+        return "size", img.size
     if img.mode not in ("RGB", "L"):
-        return "color_" + img.mode.lower()
+        return "color_" + img.mode.lower(), img.size
     if img.info.get("progressive") or img.info.get("progression"):
-        return "progressive"
+        return "progressive", img.size
     if img.mode == "RGB" and JpegImagePlugin.get_sampling(img) == -1:
-        return "subsampling"
+        return "subsampling", img.size
     if _orientation(img) != 1:
-        return "exif_orientation"
-    return None
+        return "exif_orientation", img.size
+    return None, img.size
 
 
 def open_image(data: bytes, formats: tuple[str, ...], limits: Limits) -> Image.Image:

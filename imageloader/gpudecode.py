@@ -1,8 +1,9 @@
 """Stage 2 on the GPU (decode="cuda"): nvJPEG decodes packed JPEG bytes, then crop/resize/flip.
 
 Workers only screen and pack compressed bytes into the page-locked arena of each batch buffer
-(JPEGs are ~5x smaller than their pixels); images nvJPEG cannot take were decoded by the workers
-on the CPU and arrive as pixels (decode.JpegPacker). Here, on the loader's side stream:
+(JPEGs are ~5x smaller than their pixels), with each training crop box drawn from the header;
+images nvJPEG cannot take were decoded by the workers on the CPU and arrive as pixels
+(decode.JpegPacker). Here, on the loader's side stream:
 
     arena bytes --nvJPEG (batched)--> full images --crop, resize (antialiased), flip--> batch
 
@@ -13,7 +14,6 @@ images are transient: only the (N, C, H, W) batch outlives a call, so GPU memory
 from __future__ import annotations
 
 import logging
-import random
 from collections import Counter, defaultdict
 from typing import Callable
 
@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torchvision.ops import roi_align
 
 from .batch import FALLBACK
-from .decode import Decoder, center_crop_geometry, random_resized_crop_box
+from .decode import Decoder, center_crop_geometry
 from .errors import SampleError
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ class GpuDecode:
             else:
                 out[slot].copy_(self._center_crop(image))
         for group in by_size.values():
-            self._random_resized_crops(group, arrays.seeds, out)
+            self._random_resized_crops(group, arrays.boxes, out)
         self.counts[FALLBACK + "gpu_decoded"] += len(kept) - sum(isinstance(i, np.ndarray) for i in images)
         return kept
 
@@ -136,33 +136,31 @@ class GpuDecode:
             self.counts[FALLBACK + "gpu_refused"] += 1
             return pixels
 
-    def _random_resized_crops(self, group, seeds, out) -> None:
+    def _random_resized_crops(self, group, boxes, out) -> None:
         """Crop, resize and flip same-sized images with a handful of kernels, not per image.
 
+        The packers drew each crop box and flip (decode.JpegPacker), with the CPU path's draws.
         roi_align samples each output pixel's area ceil(crop / output) times per axis and
         averages bilinear samples: on downscaling that is an area filter where Pillow uses a
         triangle; differences are a few levels, in a random augmentation.
         """
-        boxes, flips = [], []
-        height, width = group[0][1].shape[-2:]
-        for i, (slot, _) in enumerate(group):
-            rng = random.Random(int(seeds[slot]))  # same draws, same order as decode.Decoder
-            left, top, right, bottom = random_resized_crop_box(
-                (width, height), self.augment.scale, self.augment.ratio, rng)
-            boxes.append((i, left, top, right, bottom))
-            flips.append(rng.random() < self.augment.flip)
+        slots = [slot for slot, _ in group]
+        rows = boxes[slots]                                   # (n, 5): l, t, r, b, flip
+        rois = np.concatenate([np.arange(len(slots), dtype=np.float32)[:, None], rows[:, :4]],
+                              axis=1)
         stack = torch.stack([image for _, image in group]).float()
-        crops = roi_align(stack, self._small(boxes, torch.float32), output_size=self.augment.size,
+        crops = roi_align(stack, self._small(rois, torch.float32), output_size=self.augment.size,
                           spatial_scale=1.0, sampling_ratio=-1, aligned=True)
-        flipped = self._small(flips, torch.bool).view(-1, 1, 1, 1)
+        flipped = self._small(rows[:, 4] > 0.5, torch.bool).view(-1, 1, 1, 1)
         crops = torch.where(flipped, crops.flip(-1), crops)
         pixels = crops.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
-        out[self._small([slot for slot, _ in group], torch.long)] = pixels
+        out[self._small(slots, torch.long)] = pixels
 
     def _small(self, values, dtype) -> torch.Tensor:
-        """A small host list on the device without a hidden sync: torch.tensor(..., device=
-        "cuda") copies from pageable memory, which waits for the stream; pinned does not."""
-        tensor = torch.tensor(values, dtype=dtype)
+        """A small host list or array on the device without a hidden sync: torch.tensor(...,
+        device="cuda") copies from pageable memory, which waits for the stream; pinned does
+        not."""
+        tensor = torch.as_tensor(np.asarray(values)).to(dtype)
         if self.device.type != "cuda":
             return tensor
         return tensor.pin_memory().to(self.device, non_blocking=True)

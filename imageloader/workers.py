@@ -866,7 +866,7 @@ class WorkerPool:
         return (state.skipped, state.bytes) if state else (Counter(), 0)
 
 
-_ROW_FIELDS = ("images", "labels", "seeds", "lengths")
+_ROW_FIELDS = ("images", "labels", "seeds", "lengths", "boxes")
 
 
 def _move_rows(src, src_row: int, dst, dst_row: int, n: int) -> bool:
