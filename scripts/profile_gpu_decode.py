@@ -62,7 +62,8 @@ def main(args) -> dict:
     times = {"collect": [], "transform": [], "nvjpeg": []}
     events: list = []  # (start, end) on the side stream: the GPU time of each batch's work
     gpu, last = loader._gpu, [None]
-    transform, decode = loader.prefetcher.item_transform, gpu._decode
+    transform = loader.prefetcher.item_transform
+    decode = gpu._decode if gpu is not None else None
 
     def timed_transform(item):
         t0 = time.perf_counter()
