@@ -87,3 +87,23 @@ def test_demo_pinned_pageable_tiny(tmp_path: Path) -> None:
     assert all(r["overlap"] is None or 0 <= r["overlap"] <= 1 for r in rows)
     assert not any(isinstance(v, float) and math.isnan(v) for r in rows for v in r.values())
     json.loads(out.read_text())  # valid JSON: NaN was written as null
+
+
+def test_profile_script_counts_cores_by_role() -> None:
+    """profile_gpu_decode.py's CPU accounting (/proc) on a CPU loader: roles and machine share."""
+    import time
+    from imageloader import ImageLoader
+    profile = load("profile_gpu_decode")
+    repo = SCRIPTS.parent
+    with ImageLoader(str(repo / "data/digits-train.tgz"), batch_size=64, size=16, device="cpu",
+                     workers=1) as loader:
+        it = iter(loader)
+        next(it)
+        before, t0 = profile.cpu_snapshot(loader), time.perf_counter()
+        for _ in it:
+            pass
+        cores = profile.cores_used(before, profile.cpu_snapshot(loader),
+                                   time.perf_counter() - t0)
+    assert set(cores) == {"parent (collect + submit + main)", "packers", "readers",
+                          "machine busy %"}
+    assert cores["packers"] > 0.05 and 0 < cores["machine busy %"] <= 100
