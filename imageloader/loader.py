@@ -415,12 +415,12 @@ class ImageLoader:
     def _default_readers(self) -> int:
         if len(self.sources) > 1:
             return min(len(self.sources), max(1, self.workers // 4))
-        # One archive: one reader keeps ahead of decoding on the CPU (~10k members/s vs ~5k
-        # decoded on 16 cores). With GPU decode the workers only pack bytes and that reader is
-        # the wall: two readers each inflate the whole stream (~0.3 ms of CPU per image) and
-        # take every other image. Only when shuffling: evaluation keeps the archive's order.
-        split = self._gpu is not None and self.shuffle_buffer > 1 and default_workers() >= 7
-        return 2 if split else 1
+        # One archive: one reader. It walks ~10k members/s on the GPU host, twice what 15
+        # decoding processes consume. With GPU decode a second one (Options(readers=2): each
+        # inflates the whole stream, ~0.3 ms of CPU per image, and keeps every other image)
+        # gained < 4% while using ~3 more cores (scripts/results/h200-probe/): it is not the
+        # wall there either.
+        return 1
 
     def _ring_bytes(self) -> int:
         """Each worker's byte ring holds ~2 batches of compressed members. The mean member

@@ -225,7 +225,10 @@ class _Blocks:
         stream = self.reopen()
         done = 0
         while done < self.base:  # these bytes inflated fine the first time
-            done += len(stream.read(min(self.chunk, self.base - done)))
+            data = stream.read(min(self.chunk, self.base - done))
+            if not data:
+                break  # the file changed under us: the next read reports what is there
+            done += len(data)
         with contextlib.suppress(Exception):
             self.stream.close()
         self.stream, self.chunk = stream, _LOCATE_CHUNK

@@ -450,8 +450,8 @@ def main(args) -> dict:
     if "loader" in recipes:
         for decode in args.decode.split(","):
             results["loader"].append(run_loader_alone(archive, args, decode))
-            if decode != "cpu":  # the default (two readers) against one
-                results["loader"].append(run_loader_alone(archive, args, decode, readers=1))
+            if decode != "cpu":  # the default (one reader) against two splitting the archive
+                results["loader"].append(run_loader_alone(archive, args, decode, readers=2))
         if shards and importlib.util.find_spec("webdataset"):
             results["loader"].append(run_peer_loader_alone(shards, classes, args))
     save(results, args.out)
