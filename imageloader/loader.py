@@ -86,12 +86,16 @@ class LoaderStats:
 
 
 def default_workers() -> int:
-    """All cores the process may use, minus one for the training loop itself."""
+    """This process's share of the cores it may use, minus one for the training loop itself.
+
+    Under torchrun the ranks of one host share its cores (LOCAL_WORLD_SIZE of them): without
+    dividing, 8 ranks would each start cores - 1 workers."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
         cores = os.cpu_count() or 1
-    return max(1, cores - 1)
+    ranks_here = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    return max(1, cores // ranks_here - 1)
 
 
 class ImageLoader:

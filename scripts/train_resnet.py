@@ -64,7 +64,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     a("--lr-step-size", type=int, default=30, help="step schedule: epochs between decays")
     a("--lr-gamma", type=float, default=0.1, help="step schedule: lr factor per decay")
     a("--lr-per", default="iter", choices=["iter", "epoch"], help="how often the lr changes")
-    a("--workers", type=int, default=None, help="decode processes (default: cores - 1; "
+    a("--workers", type=int, default=None, help="decode processes (default: this rank's share "
+      "of the cores - 1; "
       "0 = decode in this process)")
     a("--decode", default="cpu", choices=["cpu", "cuda", "auto"],
       help="JPEG decode: Pillow in the workers, or nvJPEG on the GPU")

@@ -188,3 +188,14 @@ def test_check_ranks_script_under_torchrun(tmp_path):
     for x in lines:
         assert x["ok"] and x["images"] == 45 and x["missing"] == 0
         assert x["steps"] == [6, 6] and x["shared_between_ranks"] == x["repeated"]
+
+
+def test_ranks_of_one_host_share_its_cores(monkeypatch):
+    from imageloader.loader import default_workers
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(32)), raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert default_workers() == 31
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")   # set by torchrun --nproc-per-node=2
+    assert default_workers() == 15
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "64")
+    assert default_workers() == 1
