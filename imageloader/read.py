@@ -193,7 +193,7 @@ class _Blocks:
 
     tarfile's stream mode asks the inflater for 10 KiB at a time and joins the pieces: several
     calls into the inflater per member, which made the tar walk the reader's wall. Here one
-    call fetches ~4 MiB and members are slices of it.
+    call fills a reused ~4 MiB block and members are copied out of it.
 
     Reading ahead must not move the blame for damaged compressed data: an inflater raises on
     the call that meets the damage, up to a block ahead of the member being walked. So when a
@@ -203,23 +203,36 @@ class _Blocks:
 
     def __init__(self, stream: BinaryIO, reopen=None, chunk: int = _READ_CHUNK):
         self.stream, self.reopen, self.chunk = stream, reopen, chunk
-        self.buf, self.pos, self.base = b"", 0, 0  # base: stream offset of buf[0]
+        # One reused block: a fresh 4 MiB bytes object per read is fresh memory from the
+        # kernel, page-faulted in every time. `buf` is a view of it (or, briefly, bytes).
+        self._store = bytearray()
+        self.buf, self.pos, self.base = memoryview(b""), 0, 0  # base: stream offset of buf[0]
 
     def tell(self) -> int:
         return self.base + self.pos
 
     def _refill(self, need: int) -> bool:
+        """Replace the block (everything handed out was copied): False at the end."""
         self.base += len(self.buf)
-        self.buf = b""  # let the old block go before the new one arrives
+        size = max(self.chunk, need)
+        if len(self._store) < size:
+            self.buf, self._store = memoryview(b""), bytearray(size)
         try:
-            self.buf = self.stream.read(max(self.chunk, need))
+            got = self._read_into(memoryview(self._store)[:size])
         except Exception:
             if self.reopen is None or self.chunk <= _LOCATE_CHUNK:
                 raise
             self._read_on_in_small_steps()
-            self.buf = self.stream.read(max(self.chunk, need))
-        self.pos = 0
-        return bool(self.buf)
+            got = self._read_into(memoryview(self._store)[:max(self.chunk, need)])
+        self.buf, self.pos = memoryview(self._store)[:got], 0
+        return got > 0
+
+    def _read_into(self, view: memoryview) -> int:
+        if hasattr(self.stream, "readinto"):
+            return self.stream.readinto(view) or 0
+        data = self.stream.read(len(view))
+        view[:len(data)] = data
+        return len(data)
 
     def _read_on_in_small_steps(self) -> None:
         stream = self.reopen()
@@ -237,13 +250,13 @@ class _Blocks:
         end = self.pos + n
         if end <= len(self.buf):
             self.pos = end
-            return self.buf[end - n:end]
-        parts = [self.buf[self.pos:]]
+            return bytes(self.buf[end - n:end])
+        parts = [bytes(self.buf[self.pos:])]  # copied: the next refill overwrites the block
         got = len(parts[0])
         self.pos = len(self.buf)
         while got < n and self._refill(n - got):
             take = min(n - got, len(self.buf))
-            parts.append(self.buf[:take])
+            parts.append(bytes(self.buf[:take]))
             self.pos, got = take, got + take
         return b"".join(parts)
 
@@ -253,7 +266,7 @@ class _Blocks:
             self.pos -= len(data)
             return
         at = self.tell() - len(data)   # it straddled two blocks: rebuild the buffer
-        self.buf, self.pos, self.base = data + self.buf[self.pos:], 0, at
+        self.buf, self.pos, self.base = memoryview(data + self.buf[self.pos:]), 0, at
 
     def skip(self, n: int) -> int:
         """Discard up to n bytes without holding them; returns how many there were."""

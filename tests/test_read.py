@@ -131,10 +131,10 @@ def test_member_list_does_not_grow(tmp_path):
                              fmt=tarfile.USTAR_FORMAT)
         count, peaks[n] = _scan_peak(path)
         assert count == n
-    # 15,000 more retained headers would take > 7 MB; the duplicate check ~1 MB. The block of
-    # inflated bytes being walked is the same for both.
+    # 15,000 more retained headers would take > 7 MB; the duplicate check's set of name digests
+    # legitimately grows ~1.5-2.5 MB (set tables double). The block being walked is the same.
     growth = peaks[20_000] - peaks[5_000]
-    assert growth < 2_500_000, f"peak grew by {growth} bytes: the member list grows"
+    assert growth < 4_000_000, f"peak grew by {growth} bytes: the member list grows"
     assert peaks[20_000] < 4_000_000 + 2 * read._READ_CHUNK
 
 
