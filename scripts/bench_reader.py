@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # profile_gpu_decode
 from imageloader.batch import Task  # noqa: E402,F401  (workers unpickle it)
 from imageloader.decode import Augment, Decoder, JpegPacker  # noqa: E402
 from imageloader.loader import default_workers  # noqa: E402
@@ -101,7 +102,7 @@ def main(args) -> dict:
     return result
 
 
-if __name__ == "__main__":
+def get_args_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--archive", default="bench-data/imagenet-like.tgz")
     p.add_argument("--batch-size", type=int, default=256)
@@ -109,4 +110,8 @@ if __name__ == "__main__":
     p.add_argument("--inflate", default="auto")
     p.add_argument("--ring-mb", type=int, default=40, help="per worker, member bytes in transit")
     p.add_argument("--seconds", type=float, default=10.0)
-    main(p.parse_args())
+    return p
+
+
+if __name__ == "__main__":
+    main(get_args_parser().parse_args())

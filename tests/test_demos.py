@@ -107,3 +107,14 @@ def test_profile_script_counts_cores_by_role() -> None:
     assert set(cores) == {"parent (collect + submit + main)", "packers", "readers",
                           "machine busy %"}
     assert cores["packers"] > 0.05 and 0 < cores["machine busy %"] <= 100
+
+
+def test_bench_reader_runs_on_the_cpu(capsys) -> None:
+    """bench_reader.py, the GPU-free measure of the reader, on the bundled archive."""
+    bench = load("bench_reader")
+    archive = str(SCRIPTS.parent / "data/digits-train.tgz")
+    result = bench.main(bench.get_args_parser().parse_args(
+        ["--archive", archive, "--workers", "1", "--seconds", "1", "--batch-size", "64"]))
+    assert result["reader_alone"] > 0 and result["walk"]["cpu_us_per_member"] > 0
+    assert result["reader_to_packers"]["img_per_s"] > 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
