@@ -182,11 +182,6 @@ class JpegPacker:
         return counts
 
 
-def gpu_unsuitable(data: bytes, mode: str, limits: Limits) -> str | None:
-    """Why nvJPEG should not get this image, or None. Reads headers only."""
-    return gpu_screen(data, mode, limits)[0]
-
-
 def gpu_screen(data: bytes, mode: str, limits: Limits
                ) -> tuple[str | None, tuple[int, int] | None]:
     """(why nvJPEG should not get this image or None, its (width, height)), from headers."""

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))  # bench_reader, also when imported from elsewhere
 
 from imageloader import ImageLoader, Normalize  # noqa: E402
 from imageloader.decode import Augment, Decoder  # noqa: E402
@@ -238,16 +239,11 @@ def run_peer_loader_alone(shards, classes, args) -> dict:
 def run_reader_rate(archive, args) -> dict:
     """What the reader process does per epoch (inflate, walk the tar, label, shuffle, seed),
     alone in this process: if it is slower than the workers decode, it is the loader's wall."""
-    from collections import Counter
+    from bench_reader import reader_alone
     from imageloader.workers import ReadPlan
     loader = ImageLoader(archive, workers=0, device="cpu")
     plan = ReadPlan((archive,), loader.vocab.index, args.batch_size, 4096, 0)
-    t0, n = time.perf_counter(), 0
-    for _ in plan.tasks(0, (0,), Counter(), {}):
-        n += 1
-        if time.perf_counter() - t0 > min(args.max_seconds, 20):
-            break
-    rate = n / (time.perf_counter() - t0)
+    rate = reader_alone(plan, min(args.max_seconds, 20))
     print(f"{'reader alone (tasks)':32s} {rate:9.0f} img/s", flush=True)
     return {"recipe": "reader alone", "img_per_s": rate}
 

@@ -520,6 +520,14 @@ def test_exception_in_transform_names_member_with_worker_traceback(tmp_path, wor
             assert "worker 0" in str(info.value.__cause__)
 
 
+def worker_error_within(seconds: float, it) -> str:
+    """Iterate until the loader raises WorkerError, within `seconds`; return its message."""
+    with pytest.raises(WorkerError) as info, watchdog(seconds):
+        for _ in it:
+            pass
+    return str(info.value)
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("victim", ["imageloader-worker-0", "imageloader-reader-0"])
 def test_killed_process_gives_worker_error_in_bounded_time(tmp_path, victim):
@@ -537,13 +545,10 @@ def test_killed_process_gives_worker_error_in_bounded_time(tmp_path, victim):
     try:
         # Well within the timeout: a death is seen at the next 0.2 s poll, and close() gives
         # the survivors only 0.5 s before killing them.
-        with pytest.raises(WorkerError) as info, watchdog(5):
-            for _ in it:
-                pass
+        message = worker_error_within(5, it)
     finally:
         del it
         loader.close()
-    message = str(info.value)
     assert victim in message and "SIGKILL" in message and str(target.pid) in message, message
     assert wait_gone([p.pid for p in procs.values()], 1) == []
     assert shm_left(shm) == []
@@ -607,13 +612,10 @@ def test_worker_dying_while_decoding_is_reported(tmp_path):
         time.sleep(0.3)   # worker 0 is decoding batch 4: the stuck member
         victim = loader._workers._procs[0]
         os.kill(victim.pid, signal.SIGKILL)
-        with pytest.raises(WorkerError) as info, watchdog(5):   # seen at the next 0.2 s poll
-            for _ in it:
-                pass
+        message = worker_error_within(5, it)   # seen at the next 0.2 s poll
     finally:
         del it
         loader.close()
-    message = str(info.value)
     assert "imageloader-worker-0" in message and "SIGKILL" in message, message
     assert "'t/c01/stuck.jpg'" in message, message
 

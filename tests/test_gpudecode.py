@@ -11,7 +11,7 @@ from conftest import (assert_labels_match_pixels, class_level, encode, labeled_f
                       solid, write_archive)
 from imageloader import ImageLoader
 from imageloader.batch import batch_layout, views_of
-from imageloader.decode import Augment, Decoder, JpegPacker, gpu_unsuitable
+from imageloader.decode import Augment, Decoder, JpegPacker, gpu_screen
 from imageloader.errors import Limits
 from imageloader.gpudecode import GpuDecode, Packed
 from imageloader.pool import BufferPool
@@ -35,13 +35,13 @@ def rotated_jpeg(level):
 
 def test_screening_sends_only_baseline_jpegs_to_the_gpu():
     limits = Limits()
-    assert gpu_unsuitable(solid(50), "RGB", limits) is None
-    assert gpu_unsuitable(solid(50, mode="L"), "RGB", limits) is None
-    assert gpu_unsuitable(solid(50, fmt="PNG"), "RGB", limits) == "not_jpeg"
-    assert gpu_unsuitable(cmyk_jpeg(50), "RGB", limits) == "color_cmyk"
-    assert gpu_unsuitable(progressive_jpeg(50), "RGB", limits) == "progressive"
-    assert gpu_unsuitable(rotated_jpeg(50), "RGB", limits) == "exif_orientation"
-    assert gpu_unsuitable(solid(50), "RGB", Limits(max_pixels=10)) == "size"
+    assert gpu_screen(solid(50), "RGB", limits)[0] is None
+    assert gpu_screen(solid(50, mode="L"), "RGB", limits)[0] is None
+    assert gpu_screen(solid(50, fmt="PNG"), "RGB", limits)[0] == "not_jpeg"
+    assert gpu_screen(cmyk_jpeg(50), "RGB", limits)[0] == "color_cmyk"
+    assert gpu_screen(progressive_jpeg(50), "RGB", limits)[0] == "progressive"
+    assert gpu_screen(rotated_jpeg(50), "RGB", limits)[0] == "exif_orientation"
+    assert gpu_screen(solid(50), "RGB", Limits(max_pixels=10))[0] == "size"
 
 
 def test_packer_packs_bytes_and_decodes_the_rest_on_the_cpu():
