@@ -31,8 +31,9 @@ from .gpudecode import GpuDecode, Packed, find_jpeg_decoder
 from .errors import Limits, check_policy
 from .pool import BufferPool, HostBatch
 from .prefetch import Normalize, Prefetcher, release_batch, resolve_device
-from .read import Source, expand_sources, source_name
-from .vocab import Vocabulary, archive_classes, as_vocabulary, cached_image_count
+from .read import Region, Source, expand_sources, source_name
+from .vocab import (Vocabulary, archive_classes, archive_regions, as_vocabulary,
+                    cached_image_count)
 from .workers import ReadPlan, WorkerPool
 
 log = logging.getLogger(__name__)
@@ -47,9 +48,12 @@ class Options:
     unknown_labels: str = "raise"       # class folder not in vocab: "raise" or "skip"
     inflate: str = "auto"               # "auto" | "rapidgzip" | "isal" | "gzip"
     inflate_threads: int | None = None  # rapidgzip threads (None: min(8, cores))
-    readers: int | None = None          # reader processes: a list of archives is dealt out;
-                                        # one archive is split by image (order then depends
-                                        # on the reader count). None: see _default_readers
+    readers: int | None = None          # reader processes: archives, or regions of one
+                                        # (index.py), are dealt out; else one archive is split
+                                        # by image (order then depends on the reader count).
+                                        # None: see _default_readers
+    regions: bool = True                # training from fewer archives than readers: split
+                                        # them into regions that readers inflate separately
     timeout: float = 300.0              # seconds without any batch before erroring out
     lookahead: bool = True              # start reading epoch e+1 as soon as e is fully read
     arena_per_image: int = 192 << 10    # decode="cuda": packed JPEG bytes per batch slot
@@ -90,12 +94,16 @@ def default_workers() -> int:
 
     Under torchrun the ranks of one host share its cores (LOCAL_WORLD_SIZE of them): without
     dividing, 8 ranks would each start cores - 1 workers."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
     ranks_here = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
-    return max(1, cores // ranks_here - 1)
+    return max(1, _cores() // ranks_here - 1)
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 class ImageLoader:
@@ -173,6 +181,7 @@ class ImageLoader:
         self._progress: _Progress | None = None
         self._reader_skipped: Counter = Counter()
         self._archive_counts: list[int] | None = None
+        self._part_list: tuple | None = None
         self._pool: BufferPool | None = None
         self._workers: WorkerPool | None = None
         self._finalizer = None
@@ -183,8 +192,42 @@ class ImageLoader:
     def prefetch(self) -> int:
         return self.prefetcher.prefetch
 
+    def _parts(self) -> tuple:
+        """What readers are dealt and ranks split: the archives, or, when there are fewer
+        archives than readers on all ranks, the regions of each (index.py). Decided once."""
+        if self._part_list is None:
+            split = self._regions_wanted()
+            self._part_list = tuple(part for src in self.sources
+                                    for part in (self._regions_of(src) if split else [src]))
+        return self._part_list
+
+    def _regions_wanted(self) -> bool:
+        # Evaluation keeps the archive order, which regions read side by side would not.
+        if not self.options.regions or self.shuffle_buffer <= 1 or self.workers == 0:
+            return False
+        readers = self.options.readers or self._region_readers()
+        return len(self.sources) < readers * self.world_size
+
+    def _region_readers(self) -> int:
+        # GPU decode: workers only pack bytes and one reader's Python thread walked ~8-10k
+        # images/s on the GPU host: the wall. CPU decode needs ~5k/s: a second reader is slack.
+        return min(self.workers, 4) if self._gpu is not None else max(1, self.workers // 6)
+
+    def _regions_of(self, source) -> list:
+        if hasattr(source, "read"):
+            return [source]
+        path = os.fspath(source)
+        o = self.options
+        regions = archive_regions(path, limits=o.limits, inflate=o.inflate)
+        if not regions:
+            return [source]
+        if o.unknown_labels != "raise" and set(archive_classes(
+                path, limits=o.limits, inflate=o.inflate)) - set(self.vocab):
+            return [source]  # the regions' counts include images that will be skipped
+        return regions
+
     def _archive_images(self) -> list[int]:
-        """Images in each archive before decode failures (from the vocabulary scan); read
+        """Images in each part before decode failures (from the vocabulary scan); read
         once: len() and every epoch's step count need them."""
         if self._archive_counts is None:
             self._archive_counts = self._count_archive_images()
@@ -192,10 +235,13 @@ class ImageLoader:
 
     def _count_archive_images(self) -> list[int]:
         counts = []
-        for src in self.sources:
-            if hasattr(src, "read"):
+        for part in self._parts():
+            if isinstance(part, Region):
+                counts.append(part.images)
+                continue
+            if hasattr(part, "read"):
                 raise TypeError("the length of a stream is unknown until it has been read")
-            per_class = archive_classes(os.fspath(src), limits=self.options.limits,
+            per_class = archive_classes(os.fspath(part), limits=self.options.limits,
                                         inflate=self.options.inflate)
             counts.append(sum(n for label, n in per_class.items()
                               if label in self.vocab or self.options.unknown_labels == "raise"))
@@ -206,9 +252,9 @@ class ImageLoader:
 
     @property
     def split_by_archive(self) -> bool:
-        """With at least as many archives as ranks, each rank reads only its own archives;
-        otherwise every rank reads everything and decodes every world_size-th image."""
-        return 1 < self.world_size <= len(self.sources)
+        """With at least as many parts (archives or regions) as ranks, each rank reads only
+        its own; otherwise every rank reads everything and decodes every world_size-th image."""
+        return 1 < self.world_size <= len(self._parts())
 
     def _rank_images(self, epoch: int) -> list[int]:
         """Images each rank sees in `epoch` (shard order is reshuffled every epoch)."""
@@ -350,7 +396,8 @@ class ImageLoader:
         return {"workers": self.workers, "world_size": self.world_size, "rank": self.rank,
                 "batch_size": self.batch_size, "seed": self.seed, "drop_last": self.drop_last,
                 "shuffle_buffer": self.shuffle_buffer, "train": self.train,
-                "archives": [source_name(s) for s in self.sources]}
+                "archives": [source_name(s) for s in self.sources],
+                "parts": len(self._parts())}
 
     def steps_per_epoch(self, epoch: int | None = None) -> int:
         """Batches every rank yields in an epoch, equal across ranks (Options.uneven)."""
@@ -360,7 +407,7 @@ class ImageLoader:
         return -(-max(counts) // self.batch_size)
 
     def _shuffled_archives(self, epoch: int) -> list[int]:
-        order = list(range(len(self.sources)))
+        order = list(range(len(self._parts())))
         if self.shuffle_buffer > 1 and len(order) > 1:
             random.Random(self.seed + epoch).shuffle(order)  # shard order changes every epoch
         return order
@@ -375,13 +422,22 @@ class ImageLoader:
 
     # ---- processes and memory -------------------------------------------------------------
 
-    def _plan(self) -> ReadPlan:
+    def _plan(self, readers: int = 1) -> ReadPlan:
         o = self.options
         # Ranks that read different archives need no per-image share of them.
         world = 1 if self.split_by_archive else self.world_size
-        return ReadPlan(self.sources, dict(self.vocab.index), self.batch_size,
-                        self.shuffle_buffer, self.seed, o.limits, o.unknown_labels, o.inflate,
-                        o.inflate_threads, self.rank if world > 1 else 0, world)
+        parts = self._parts()
+        shuffle, threads = self.shuffle_buffer, o.inflate_threads
+        if len(parts) > len(self.sources):
+            # Regions come in a new random order every epoch: the readers' buffers together
+            # hold `shuffle_buffer` images (memory, and the wait before the first batch, stay
+            # as with one reader), and each reader inflates only its regions, with a share of
+            # the inflater threads one reader would have.
+            shuffle = max(2, -(-shuffle // readers))
+            threads = threads or max(2, min(8, _cores()) // readers)
+        return ReadPlan(parts, dict(self.vocab.index), self.batch_size, shuffle, self.seed,
+                        o.limits, o.unknown_labels, o.inflate, threads,
+                        self.rank if world > 1 else 0, world)
 
     def _ensure_started(self) -> None:
         if self._pool is not None:
@@ -409,14 +465,16 @@ class ImageLoader:
 
     def _start_workers(self, pool: BufferPool, ring: int) -> WorkerPool:
         streams = any(hasattr(s, "read") for s in self.sources)
-        readers = self.options.readers or self._default_readers()
-        return WorkerPool(self._plan(), self._fill, pool, workers=self.workers,
+        readers = max(1, min(self.options.readers or self._default_readers(), self.workers))
+        return WorkerPool(self._plan(readers), self._fill, pool, workers=self.workers,
                           readers=readers, order_of=self._archive_order,
                           on_error=self.options.on_error, timeout=self.options.timeout,
                           stream_sources=streams, lookahead=self.options.lookahead,
                           ring_bytes=ring)
 
     def _default_readers(self) -> int:
+        if len(self._parts()) > len(self.sources):  # split into regions
+            return min(len(self._parts()), self._region_readers())
         if len(self.sources) > 1:
             return min(len(self.sources), max(1, self.workers // 4))
         # One archive: one reader. It walks ~10k members/s on the GPU host, twice what 15

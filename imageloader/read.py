@@ -47,6 +47,18 @@ class Member(NamedTuple):
     data: bytes | None
 
 
+class Region(NamedTuple):
+    """A stretch of one archive that a reader can walk on its own: it starts at a tar header
+    the scan found at an inflater checkpoint (see `index.py`), so reading it inflates only it."""
+
+    path: str
+    start: int          # stream offset of its first header
+    end: int | None     # where the next region starts; None: it runs to the archive's end
+    entry: int          # ordinal of its first entry in the whole stream
+    images: int         # image members in it, as the scan counted them
+    index: str | None   # the rapidgzip index file; None for an uncompressed tar
+
+
 class Sample(NamedTuple):
     """A member with its label resolved through the vocabulary: what decoding receives."""
 
@@ -85,7 +97,9 @@ def expand_sources(source: Source | Iterable[Source]) -> list[Source]:
     return out
 
 
-def source_name(source: Source) -> str:
+def source_name(source: Source | Region) -> str:
+    if isinstance(source, Region):
+        return source.path
     if hasattr(source, "read"):
         return getattr(source, "name", None) or f"<{type(source).__name__} stream>"
     return os.fspath(source)
@@ -167,6 +181,19 @@ def open_stream(source: Source, inflate: str = "auto", threads: int | None = Non
     return gzip.open(path, "rb")
 
 
+def open_region(region: Region, threads: int | None = None) -> BinaryIO:
+    """The archive's inflated stream positioned at the region's first header."""
+    if region.index is None:
+        stream = open(region.path, "rb", buffering=0)
+    else:
+        stream = open_stream(region.path, "rapidgzip", threads)
+        # With the checkpoints of the scan, seeking inflates from the checkpoint at the
+        # region's start, not from the start of the archive.
+        stream.import_index(region.index)
+    stream.seek(region.start)
+    return stream
+
+
 # --------------------------------------------------------------------------------------------
 # Walking the tar stream
 
@@ -201,12 +228,13 @@ class _Blocks:
     end and read on in small steps: the error then surfaces at the member that holds it.
     """
 
-    def __init__(self, stream: BinaryIO, reopen=None, chunk: int = _READ_CHUNK):
+    def __init__(self, stream: BinaryIO, reopen=None, chunk: int = _READ_CHUNK, origin: int = 0):
         self.stream, self.reopen, self.chunk = stream, reopen, chunk
         # One reused block: a fresh 4 MiB bytes object per read is fresh memory from the
         # kernel, page-faulted in every time. `buf` is a view of it (or, briefly, bytes).
         self._store = bytearray()
-        self.buf, self.pos, self.base = memoryview(b""), 0, 0  # base: stream offset of buf[0]
+        self.origin = origin  # where `stream` (and a reopened one) starts: a region's start
+        self.buf, self.pos, self.base = memoryview(b""), 0, origin  # base: offset of buf[0]
 
     def tell(self) -> int:
         return self.base + self.pos
@@ -236,7 +264,7 @@ class _Blocks:
 
     def _read_on_in_small_steps(self) -> None:
         stream = self.reopen()
-        done = 0
+        done = self.origin
         while done < self.base:  # these bytes inflated fine the first time
             data = stream.read(min(self.chunk, self.base - done))
             if not data:
@@ -359,20 +387,30 @@ def _header_problem(error: tarfile.HeaderError) -> str:
     return f"corrupt tar header ({error})"
 
 
-def _headers(blocks: _Blocks) -> Iterator[_Header]:
-    """Every header of the stream in order; the caller moves `blocks` to `next_offset`."""
-    tar = _TarState(blocks)
+def _headers(blocks: _Blocks, tar: _TarState, stop: int | None) -> Iterator[_Header]:
+    """Every header of the stream in order, up to offset `stop` (a region's end); the caller
+    moves `blocks` to `next_offset`."""
     while True:
         offset = blocks.tell()
+        if stop is not None and offset >= stop:
+            if offset > stop:  # the sidecar's regions do not fit this archive
+                raise _StructureError(f"no tar header at offset {stop}, where the archive's "
+                                      f"index says a region starts (stale index?)", offset)
+            return
         block = blocks.read(BLOCKSIZE)
-        header = None if tar.pax_headers.keys() - _HARMLESS_GLOBAL_PAX \
-            else _parse_plain(block, offset)
+        header = None if _global_pax_matters(tar) else _parse_plain(block, offset)
         if header is None:
             blocks.unread(block)
             header = _parse_with_tarfile(tar, offset)
             if header is None:
                 return
         yield header
+
+
+def _global_pax_matters(tar: _TarState) -> bool:
+    """A global pax header that changes how later headers read: tarfile parses them all, and
+    no region may start after it (a reader starting there would not know it)."""
+    return bool(tar.pax_headers.keys() - _HARMLESS_GLOBAL_PAX)
 
 
 def classify(header: _Header, limits: Limits) -> tuple[str | None, str | None, str]:
@@ -408,29 +446,62 @@ def _validated_name(name: str, limits: Limits) -> tuple[str, str | None]:
     return "/".join(parts), None
 
 
-def iter_members(source: Source, *, skipped: Counter, limits: Limits = Limits(),
-                 read_data: bool = True, inflate: str = "auto",
-                 threads: int | None = None) -> Iterator[Member]:
-    """Yield the image members of one archive in stream order; count everything else."""
+def iter_members(source: Source | Region, *, skipped: Counter, limits: Limits = Limits(),
+                 read_data: bool = True, inflate: str = "auto", threads: int | None = None,
+                 recorder=None, opened: dict | None = None) -> Iterator[Member]:
+    """Yield the image members of one archive (or one region of it) in stream order; count
+    everything else.
+
+    `recorder` (the scan's, see index.py) is told every header where a region could start and
+    gets the stream at the end. `opened` keeps region streams open between regions of the
+    same archive (their index is loaded once); the caller closes them.
+    """
     archive = source_name(source)
+    region = source if isinstance(source, Region) else None
     try:
-        stream = open_stream(source, inflate, threads)
+        stream = _open_source(source, inflate, threads, opened)
     except OSError as error:
         raise ArchiveError(archive, f"cannot open: {error}") from error
-    state = {"index": -1, "name": None, "data_at": None, "size": 0}
+    state = {"index": region.entry - 1 if region else -1, "name": None, "data_at": None,
+             "size": 0}
+    keep = region is not None and opened is not None
     try:
-        reopen = None if hasattr(source, "read") else lambda: open_stream(source, inflate, threads)
-        yield from _walk(stream, archive, skipped, limits, read_data, state, reopen)
+        reopen = None if hasattr(source, "read") else (
+            (lambda: open_region(region, threads)) if region
+            else (lambda: open_stream(source, inflate, threads)))
+        yield from _walk(stream, archive, skipped, limits, read_data, state, reopen, region,
+                         recorder)
+        if recorder is not None:
+            recorder.finish(stream)
     except ArchiveError:
+        keep = False
         raise
     except _StructureError as error:
+        keep = False
         raise ArchiveError(archive, error.problem, member=state["name"], index=state["index"] + 1,
                            offset=error.offset) from None
     except Exception as error:  # zlib, isal and rapidgzip each raise their own types
+        keep = False
         raise _archive_error(archive, error, state, source) from error
     finally:
-        if not hasattr(source, "read"):
+        if not hasattr(source, "read") and not keep:
+            if opened is not None and region is not None:
+                opened.pop((region.path, region.index), None)
             stream.close()
+
+
+def _open_source(source, inflate: str, threads: int | None, opened: dict | None) -> BinaryIO:
+    if not isinstance(source, Region):
+        return open_stream(source, inflate, threads)
+    if opened is None:
+        return open_region(source, threads)
+    key = (source.path, source.index)
+    stream = opened.get(key)
+    if stream is None or stream.closed:
+        stream = opened[key] = open_region(source, threads)
+    else:
+        stream.seek(source.start)
+    return stream
 
 
 def _archive_error(archive, error, state, source) -> ArchiveError:
@@ -441,6 +512,8 @@ def _archive_error(archive, error, state, source) -> ArchiveError:
 def _is_gzip(source) -> bool:
     if hasattr(source, "read"):
         return False
+    if isinstance(source, Region):
+        return source.index is not None
     try:
         with open(source, "rb") as f:
             return f.read(2) == _GZIP_MAGIC
@@ -448,20 +521,25 @@ def _is_gzip(source) -> bool:
         return False
 
 
-def _walk(stream, archive, skipped, limits, read_data, state, reopen) -> Iterator[Member]:
+def _walk(stream, archive, skipped, limits, read_data, state, reopen, region,
+          recorder) -> Iterator[Member]:
     # A stream given by the caller cannot be opened again to locate damage: read it in small
     # steps from the start, as tarfile does.
-    blocks = _Blocks(stream, reopen, _READ_CHUNK if reopen else _LOCATE_CHUNK)
+    blocks = _Blocks(stream, reopen, _READ_CHUNK if reopen else _LOCATE_CHUNK,
+                     region.start if region else 0)
     try:
-        yield from _walk_blocks(blocks, archive, skipped, limits, read_data, state)
+        yield from _walk_blocks(blocks, archive, skipped, limits, read_data, state,
+                                region.end if region else None, recorder)
     finally:
         if blocks.stream is not stream:
             blocks.stream.close()
 
 
-def _walk_blocks(blocks, archive, skipped, limits, read_data, state) -> Iterator[Member]:
+def _walk_blocks(blocks, archive, skipped, limits, read_data, state, stop=None,
+                 recorder=None) -> Iterator[Member]:
     seen: set[bytes] = set()
-    headers = _headers(blocks)
+    tar = _TarState(blocks)
+    headers = _headers(blocks, tar, stop)
     try:
         first = next(headers, None)
     except tarfile.ReadError as error:
@@ -471,10 +549,14 @@ def _walk_blocks(blocks, archive, skipped, limits, read_data, state) -> Iterator
         raise ArchiveError(archive, f"not a tar or gzip-compressed tar archive ({error})") \
             from None
     if first is None:
-        _check_trailer(blocks, archive, state)
+        if stop is None:
+            _check_trailer(blocks, archive, state)
         return
+    images = 0
     for header in itertools.chain([first], headers):
         state["index"] += 1
+        if recorder is not None and not _global_pax_matters(tar):
+            recorder.header(header.offset, state["index"], images)
         state["name"] = header.name
         state["data_at"], state["size"] = header.offset_data, header.size
         label, reason, name = classify(header, limits)
@@ -487,8 +569,10 @@ def _walk_blocks(blocks, archive, skipped, limits, read_data, state) -> Iterator
         if reason:
             skipped[reason] += 1
             continue
+        images += 1
         yield Member(archive, state["index"], name, label, data)
-    _check_trailer(blocks, archive, state)
+    if stop is None:  # a region ends at the next one's header; the archive at its trailer
+        _check_trailer(blocks, archive, state)
 
 
 def _size_or_duplicate_problem(header, name, seen, limits) -> str | None:

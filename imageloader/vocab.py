@@ -16,11 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Mapping
 
 from .errors import Limits
-from .read import Source, expand_sources, iter_members, source_name
+from .index import file_stamp, index_is_stale, recorder_for, regions_from
+from .read import Region, Source, expand_sources, iter_members, source_name
 
 log = logging.getLogger(__name__)
 SIDECAR_SUFFIX = ".classes.json"
-_FORMAT = "imageloader.classes/1"
+_FORMAT = "imageloader.classes/2"  # 2: with regions (index.py)
 
 
 class Vocabulary:
@@ -114,46 +115,61 @@ def sidecar_path(archive: str) -> str:
 def archive_classes(path: str, *, limits: Limits = Limits(), inflate: str = "auto",
                     write_sidecar: bool = True) -> dict[str, int]:
     """Images per class folder in one archive, from its sidecar if it is still fresh."""
-    stamp = _stamp(path)
-    cached = _read_sidecar(sidecar_path(path), stamp)
+    return _scan(path, limits, inflate, write_sidecar)["classes"]
+
+
+def archive_regions(path: str, *, limits: Limits = Limits(),
+                    inflate: str = "auto") -> list[Region] | None:
+    """Where readers can enter the archive (index.py), from the same sidecar and scan; None
+    when it cannot be split."""
+    payload = _scan(path, limits, inflate, True).get("regions")
+    if payload and index_is_stale(path, payload):  # the index beside it changed: scan again
+        payload = _scan(path, limits, inflate, True, again=True)["regions"]
+    return regions_from(path, payload)
+
+
+def _scan(path: str, limits: Limits, inflate: str, write_sidecar: bool,
+          again: bool = False) -> dict:
+    """The fresh sidecar's content, or a scan's (written as the sidecar)."""
+    stamp = file_stamp(path)
+    cached = None if again else _read_sidecar(sidecar_path(path), stamp)
     if cached is not None:
         return cached
     skipped: Counter = Counter()
+    recorder = recorder_for(path, inflate) if write_sidecar else None
     counts = Counter(m.label for m in iter_members(path, skipped=skipped, limits=limits,
-                                                   read_data=False, inflate=inflate))
+                                                   read_data=False, inflate=inflate,
+                                                   recorder=recorder))
+    regions = recorder.payload(sum(counts.values()), skipped) if recorder else None
+    payload = {"format": _FORMAT, "archive": stamp, "classes": dict(sorted(counts.items())),
+               "skipped": dict(sorted(skipped.items())), "regions": regions}
     if write_sidecar:
-        _try_write_sidecar(path, stamp, counts, skipped)
-    return dict(counts)
+        _try_write_sidecar(path, payload)
+    return payload
 
 
 def cached_image_count(path: str) -> int | None:
     """Images in an archive according to its sidecar, if that is fresh; never scans."""
     try:
-        counts = _read_sidecar(sidecar_path(path), _stamp(path))
+        data = _read_sidecar(sidecar_path(path), file_stamp(path))
     except OSError:
         return None
-    return sum(counts.values()) if counts else None
+    return sum(data["classes"].values()) if data and data["classes"] else None
 
 
-def _stamp(path: str) -> dict:
-    st = os.stat(path)
-    return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
-def _read_sidecar(path: str, stamp: dict) -> dict[str, int] | None:
+def _read_sidecar(path: str, stamp: dict) -> dict | None:
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError):
         return None
     if data.get("format") != _FORMAT or data.get("archive") != stamp:
-        return None  # stale: the archive changed since the scan
-    return {str(k): int(v) for k, v in data["classes"].items()}
+        return None  # stale (or from an older version): the archive changed since the scan
+    data["classes"] = {str(k): int(v) for k, v in data["classes"].items()}
+    return data
 
 
-def _try_write_sidecar(path: str, stamp: dict, counts: Counter, skipped: Counter) -> None:
-    payload = {"format": _FORMAT, "archive": stamp, "classes": dict(sorted(counts.items())),
-               "skipped": dict(sorted(skipped.items()))}
+def _try_write_sidecar(path: str, payload: dict) -> None:
     try:
         _write_json(sidecar_path(path), payload)
     except OSError as error:  # a read-only dataset folder is normal; we just rescan next time

@@ -66,7 +66,8 @@ class WorkerError(RuntimeError):
 
 @dataclass(frozen=True)
 class ReadPlan:
-    archives: tuple             # paths, or file objects (then read in a thread, not a process)
+    archives: tuple             # paths, Regions of one (read.py), or file objects (then read
+                                # in a thread, not a process)
     vocab_index: dict
     batch_size: int
     shuffle_buffer: int
@@ -78,15 +79,17 @@ class ReadPlan:
     rank: int = 0
     world_size: int = 1
 
-    def tasks(self, epoch: int, order: tuple[int, ...], skipped: Counter,
-              stats: dict, stream: int = 0, share: tuple[int, int] = (0, 1)) -> Iterator[Task]:
+    def tasks(self, epoch: int, order: tuple[int, ...], skipped: Counter, stats: dict,
+              stream: int = 0, share: tuple[int, int] = (0, 1),
+              opened: dict | None = None) -> Iterator[Task]:
         """read -> label -> (rank share) -> (reader share) -> shuffle + augmentation seeds.
 
         `order` lists indices into `archives` (the epoch's shard order for this reader);
         `share` = (r, R): this reader keeps every R-th image from the r-th, when R readers
-        split the same archives by image.
+        split the same archives by image. `opened` keeps region streams open between regions.
         """
-        members = _chain_members([self.archives[i] for i in order], skipped, stats, self)
+        members = _chain_members([self.archives[i] for i in order], skipped, stats, self,
+                                 opened)
         samples = iter_samples(members, _Vocab(self.vocab_index), skipped=skipped,
                                unknown_labels=self.unknown_labels)
         if self.world_size > 1:
@@ -102,11 +105,12 @@ class _Vocab:
         self.index = index
 
 
-def _chain_members(archives, skipped, stats, plan: ReadPlan):
+def _chain_members(archives, skipped, stats, plan: ReadPlan, opened: dict | None):
     for archive in archives:
         rewind(archive)
         for member in iter_members(archive, skipped=skipped, limits=plan.limits,
-                                   inflate=plan.inflate, threads=plan.inflate_threads):
+                                   inflate=plan.inflate, threads=plan.inflate_threads,
+                                   opened=opened):
             stats["bytes"] = stats.get("bytes", 0) + len(member.data)
             yield member
 
@@ -243,6 +247,7 @@ def reader_main(reader_id: int, plan: ReadPlan, channels: _Channels, worker_ids:
     control = channels.control[reader_id]
     rings = RingWriter(channels.rings, channels.ring_size, channels.tails) \
         if channels.rings else None
+    opened: dict = {}  # region streams, open from one epoch to the next (their index loaded)
     try:
         while True:
             try:
@@ -257,16 +262,19 @@ def reader_main(reader_id: int, plan: ReadPlan, channels: _Channels, worker_ids:
             gen, epoch, order, share = message
             try:
                 _read_epoch(reader_id, plan, channels, worker_ids, gen, epoch, order, share,
-                            rings)
+                            rings, opened)
             except BaseException as error:  # reported to the parent, raised in the loop
                 _report_error(channels.results, gen, f"reader {reader_id}", error)
     finally:
         if rings is not None:
             rings.close()
+        for stream in opened.values():  # rapidgzip aborts the process if its threads
+            with contextlib.suppress(Exception):  # outlive the interpreter
+                stream.close()
 
 
 def _read_epoch(reader_id, plan, channels, worker_ids, gen, epoch, order, share,
-                rings) -> None:
+                rings, opened) -> None:
     skipped: Counter = Counter()
     stats: dict = {}
     chunks: dict[int, list] = {w: [] for w in worker_ids}
@@ -278,7 +286,8 @@ def _read_epoch(reader_id, plan, channels, worker_ids, gen, epoch, order, share,
     def abandoned() -> bool:  # also when the training process died (the OOM killer, say)
         return gen < current.value or os.getppid() != parent
 
-    for position, task in enumerate(plan.tasks(epoch, order, skipped, stats, reader_id, share)):
+    tasks = plan.tasks(epoch, order, skipped, stats, reader_id, share, opened)
+    for position, task in enumerate(tasks):
         worker = worker_ids[(position // plan.batch_size) % n_workers]
         data = rings.put(worker, task.sample.data, abandoned) if rings else task.sample.data
         if data is None:

@@ -211,11 +211,12 @@ def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = N
         torch.cuda.synchronize()
         rate = n / (time.perf_counter() - t0)
         workers, readers = loader.workers, loader._workers.readers if loader._workers else 0
-    name = f"ours loader alone, {decode} decode" + (f", {readers} reader(s)" if decode != "cpu"
-                                                   else "")
+        regions = len(loader._parts()) if len(loader._parts()) > 1 else 0
+    name = f"ours loader alone, {decode} decode, {readers} reader(s)" + (
+        f" in {regions} regions" if regions else ", one stream")
     print(f"{name:32s} {rate:9.0f} img/s  first batch {first_batch_s:.2f} s", flush=True)
     return {"recipe": name, "img_per_s": rate, "workers": workers, "readers": readers,
-            "first_batch_s": first_batch_s}
+            "regions": regions, "first_batch_s": first_batch_s}
 
 
 def run_peer_loader_alone(shards, classes, args) -> dict:
@@ -445,9 +446,9 @@ def main(args) -> dict:
         results["loader"].append(run_reader_rate(archive, args))
     if "loader" in recipes:
         for decode in args.decode.split(","):
+            # The default (readers in regions of the archive) against one reader of one stream.
             results["loader"].append(run_loader_alone(archive, args, decode))
-            if decode != "cpu":  # the default (one reader) against two splitting the archive
-                results["loader"].append(run_loader_alone(archive, args, decode, readers=2))
+            results["loader"].append(run_loader_alone(archive, args, decode, readers=1))
         if shards and importlib.util.find_spec("webdataset"):
             results["loader"].append(run_peer_loader_alone(shards, classes, args))
     save(results, args.out)

@@ -2,7 +2,7 @@
 # The full GPU-host evidence run, in one call (about 8 minutes on an H200 host):
 #   bash scripts/gpu_full.sh OUT_DIR
 # CUDA tests; the benchmark against the ceiling and peers (ResNet-50 and -18, CPU and GPU
-# decode, prefetch 0/1/2/4) with its chart; a profiler timeline of prefetch 0 vs 2; pinned vs
+# decode, prefetch 0/1/2) with its chart; a profiler timeline of prefetch 0 vs 2; pinned vs
 # registered vs pageable copy bandwidth; and the training script with --prefetch 0 and 2.
 # OUT_DIR receives 8 files: bench.json, bench-resnet50.png, bench-resnet18.png, timeline.png,
 # h2d.json, pytest.log, run.log (all console output) and gpu-decode-profile.jsonl.
@@ -13,8 +13,8 @@ mkdir -p "$out"
 data=${BENCH_DATA:-bench-data}/imagenet-like.tgz  # built by bench.py if missing
 {
 bash scripts/gpu_checks.sh "$work" \
-  "tests/test_prefetch.py tests/test_loader.py tests/test_gpudecode.py tests/test_timeline.py tests/test_parallel.py tests/test_train.py" \
-  --archive "$data" --models resnet50,resnet18 --prefetch 0,1,2,4 --decode cpu,cuda \
+  "tests/test_prefetch.py tests/test_loader.py tests/test_gpudecode.py tests/test_timeline.py tests/test_parallel.py tests/test_train.py tests/test_index.py" \
+  --archive "$data" --models resnet50,resnet18 --prefetch 0,1,2 --decode cpu,cuda \
   --steps 50 --warmup 10 --max-seconds 20 --trace "$work/trace.json"
 export PYTHONPATH="$PWD/.cache/site:$PWD"
 python3 scripts/plot_timeline.py "$work/trace-p0-resnet50.json" \

@@ -1,0 +1,217 @@
+"""Regions: readers entering one archive mid-way must see exactly what one pass sees."""
+from __future__ import annotations
+
+import os
+import random
+from collections import Counter
+
+import pytest
+import torch
+
+from conftest import add_file, solid, write_archive
+from imageloader import ImageLoader, Options, index
+from imageloader.read import available_inflaters, iter_members
+from imageloader.vocab import archive_regions, sidecar_path
+
+GZIP_REGIONS = "rapidgzip" in available_inflaters()
+
+
+@pytest.fixture(autouse=True)
+def small_regions(monkeypatch):
+    # Test archives are a few MB: regions of 256 KiB give several of them.
+    monkeypatch.setattr(index, "REGION_BYTES", 256 << 10)
+
+
+def padded_archive(path, n: int = 60, compress: bool = True, extra=None) -> str:
+    """PNG i is solid gray 10 + 3 i (its pixels say which member it was), each followed by
+    ~60 KB of incompressible non-image data so that the archive spans several regions."""
+    rng = random.Random(0)
+    files = []
+    for i in range(n):
+        files.append((f"t/c{i % 3}/{i:03d}.png", solid(10 + 3 * i, fmt="PNG", mode="L")))
+        files.append((f"t/c{i % 3}/{i:03d}.txt", rng.randbytes(60_000)))
+    return write_archive(path, files, compress=compress, extra=extra)
+
+
+def walk(source, **kw):
+    skipped = Counter()
+    found = [(m.index, m.name, m.label, m.data) for m in iter_members(source, skipped=skipped,
+                                                                        **kw)]
+    return found, skipped
+
+
+def kinds():
+    return (["gz"] if GZIP_REGIONS else []) + ["tar"]
+
+
+@pytest.mark.parametrize("kind", kinds())
+def test_regions_together_walk_exactly_what_one_pass_walks(tmp_path, kind):
+    path = padded_archive(tmp_path / f"a.{kind}", compress=kind == "gz")
+    regions = archive_regions(path)
+    assert regions is not None and len(regions) >= 4
+    assert [r.start for r in regions[1:]] == [r.end for r in regions[:-1]]
+    assert regions[-1].end is None and regions[0].start == 0
+    assert (regions[0].index is not None) == (kind == "gz")
+    whole, whole_skips = walk(path)
+    pieces, skips, opened = [], Counter(), {}
+    try:
+        for region in regions:
+            found, skipped = walk(region, opened=opened)
+            assert len(found) == region.images  # what the scan counted, per region
+            assert found and found[0][0] >= region.entry
+            pieces += found
+            skips.update(skipped)
+    finally:
+        for stream in opened.values():
+            stream.close()
+    assert pieces == whole  # same members, same order, same bytes, same entry ordinals
+    assert skips == whole_skips == {"not_image": 60}
+
+
+def test_no_regions_for_duplicate_names(tmp_path):
+    """Which copy of a duplicate wins depends on seeing both: such archives are read whole."""
+    path = padded_archive(tmp_path / "a.tar", compress=False,
+                          extra=lambda tar: add_file(tar, "t/c0/000.png", solid(200, fmt="PNG")))
+    assert archive_regions(path) is None
+
+
+def test_a_global_pax_header_that_matters_stops_regions(tmp_path):
+    import tarfile
+    rng = random.Random(1)
+    files = [(f"t/c0/{i:03d}.txt", rng.randbytes(60_000)) for i in range(20)]
+    path = tmp_path / "a.tar"
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT,
+                      pax_headers={"path": "ignored-by-some"}) as tar:
+        for name, data in files:
+            add_file(tar, name, data)
+        add_file(tar, "t/c0/x.png", solid(50, fmt="PNG"))
+    assert archive_regions(str(path)) is None
+
+
+@pytest.mark.skipif(not GZIP_REGIONS, reason="gzip regions need rapidgzip")
+def test_a_changed_index_file_means_a_new_scan(tmp_path):
+    path = padded_archive(tmp_path / "a.tgz")
+    first = archive_regions(path)
+    with open(index.index_path(path), "ab") as f:
+        f.write(b"x")  # not the index the scan wrote
+    again = archive_regions(path)
+    assert again == first  # scanned again: same regions, and a fresh index that fits them
+    os.remove(index.index_path(path))
+    assert archive_regions(path) == first
+    assert os.path.exists(index.index_path(path))
+
+
+def ids(images: torch.Tensor) -> list[int]:
+    return [round((v - 10) / 3) for v in images.float().mean(dim=(1, 2, 3)).tolist()]
+
+
+def numbered_loader(path, **kw):
+    return ImageLoader(path, batch_size=8, size=8, mode="L", device="cpu", normalize=False,
+                       seed=3, **kw)
+
+
+def epoch_ids(loader) -> tuple[list[int], list[int]]:
+    seen, sizes = [], []
+    with pytest.warns(UserWarning, match="skipped 60 members"):
+        for images, labels in loader:
+            got = ids(images)
+            assert labels.tolist() == [i % 3 for i in got]
+            seen += got
+            sizes.append(len(got))
+    return seen, sizes
+
+
+@pytest.mark.parametrize("kind", kinds())
+@pytest.mark.parametrize("readers", [2, 3])
+def test_loader_reads_regions_every_image_once_in_a_new_order_each_epoch(tmp_path, kind,
+                                                                         readers):
+    path = padded_archive(tmp_path / f"a.{kind}", compress=kind == "gz")
+    runs = []
+    for _ in range(2):
+        with numbered_loader(path, workers=3, options=Options(readers=readers)) as loader:
+            parts = loader._parts()
+            assert len(parts) == len(archive_regions(path)) > readers
+            assert len(loader) == 8  # 60 images, batches of 8
+            orders = []
+            for _ in range(2):
+                seen, sizes = epoch_ids(loader)
+                assert sorted(seen) == list(range(60))
+                assert sum(sizes) == 60 and sizes.count(8) >= 7
+                assert loader.stats.skipped == {"not_image": 60}  # counted once, not per reader
+                orders.append(seen)
+            assert orders[0] != orders[1]
+            runs.append(orders)
+    assert runs[0] == runs[1]  # the same seed, workers and readers: the same batches
+
+
+def test_regions_off_reads_the_archive_as_one_stream(tmp_path):
+    path = padded_archive(tmp_path / "a.tar", compress=False)
+    with numbered_loader(path, workers=2, options=Options(regions=False)) as loader:
+        assert len(loader._parts()) == 1
+        seen, _ = epoch_ids(loader)
+    assert sorted(seen) == list(range(60))
+
+
+def test_eval_keeps_the_archive_order_without_regions(tmp_path):
+    path = padded_archive(tmp_path / "a.tar", compress=False)
+    with numbered_loader(path, workers=3, train=False) as loader:
+        assert len(loader._parts()) == 1
+        seen, _ = epoch_ids(loader)
+    assert seen == list(range(60))
+
+
+@pytest.mark.parametrize("kind", kinds())
+def test_ranks_split_the_regions_of_one_archive(tmp_path, kind):
+    """Two ranks read disjoint regions (neither inflates the other's): together every image
+    once, and the same number of steps on each."""
+    path = padded_archive(tmp_path / f"a.{kind}", compress=kind == "gz")
+    shares, steps = [], []
+    for rank in range(2):
+        options = Options(rank=rank, world_size=2, readers=2)
+        with numbered_loader(path, workers=2, options=options) as loader:
+            assert loader.split_by_archive
+            batches = [ids(x) for x, _ in loader]
+            steps.append(len(batches))
+            shares.append([i for b in batches for i in b])
+    assert steps[0] == steps[1]
+    distinct = [set(s) for s in shares]
+    assert not distinct[0] & distinct[1]
+    assert distinct[0] | distinct[1] == set(range(60))
+
+
+def test_sidecar_records_regions_and_counts(tmp_path):
+    import json
+    path = padded_archive(tmp_path / "a.tar", compress=False)
+    regions = archive_regions(path)
+    data = json.load(open(sidecar_path(path)))
+    assert sum(r.images for r in regions) == sum(data["classes"].values()) == 60
+    assert [row[0] for row in data["regions"]["starts"]] == [r.start for r in regions]
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@cuda
+@pytest.mark.parametrize("decode", ["cpu", "cuda"])
+def test_regions_feed_the_gpu_every_image_once(tmp_path, decode):
+    """JPEG i is solid gray 10 + 3 i (JPEG keeps a solid gray within a level): on the GPU
+    path, packed bytes from several readers' regions, decoded by nvJPEG, each once."""
+    rng = random.Random(0)
+    files = []
+    for i in range(60):
+        files.append((f"t/c{i % 3}/{i:03d}.jpg", solid(10 + 3 * i, size=(32, 24))))
+        files.append((f"t/c{i % 3}/{i:03d}.txt", rng.randbytes(60_000)))
+    path = write_archive(tmp_path / "a.tgz", files, compress=GZIP_REGIONS)
+    with ImageLoader(path, batch_size=8, size=8, device="cuda", normalize=False, seed=3,
+                     workers=3, decode=decode, options=Options(readers=3)) as loader:
+        assert len(loader._parts()) > 3
+        for _ in range(2):
+            seen = []
+            with pytest.warns(UserWarning, match="skipped 60 members"):
+                for images, labels in loader:
+                    assert images.device.type == "cuda"
+                    got = ids(images.cpu())
+                    assert labels.tolist() == [i % 3 for i in got]
+                    seen += got
+            assert sorted(seen) == list(range(60))
+            assert not loader.stats.fallbacks
