@@ -30,8 +30,8 @@ for p in 0 2; do
     --arch resnet50 --size 224 --batch-size 256 --epochs 1 --max-steps 40 --prefetch $p \
     --out-dir "$work/train-p$p" 2>&1 | grep -v "it/s\]$" | tail -4
 done
-} 2>&1 | tee "$work/run.log"
+} 2>&1 | tee "$out/run.log"  # straight to OUT_DIR: kept even if the call is cut short
 for f in bench.json bench-resnet50.png bench-resnet18.png timeline.png h2d.json pytest.log \
-         run.log gpu-decode-profile.jsonl; do
+         gpu-decode-profile.jsonl; do
   [ -f "$work/$f" ] && cp "$work/$f" "$out/"
 done
