@@ -12,7 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -55,10 +59,61 @@ def cores_used(before: dict, after: dict, seconds: float) -> dict:
     return out
 
 
-def main(args) -> dict:
+def spy_on(pids: dict, seconds: float, out_dir: str) -> dict:
+    """Sample each process with py-spy (if installed) for `seconds`, all at once; return, per
+    role, the share of samples by the innermost imageloader frame (where each role spends
+    its time, waiting included: py-spy --idle)."""
+    exe = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.path.exists(exe):
+        for entry in sys.path:  # pip install --target DIR puts the script in DIR/bin
+            if os.path.exists(os.path.join(entry, "bin", "py-spy")):
+                exe = os.path.join(entry, "bin", "py-spy")
+    if not os.path.exists(exe):
+        return {"error": "py-spy not found"}
+    procs = {}
+    for name, pid in pids.items():
+        path = os.path.join(out_dir, f"spy-{name}.txt")
+        procs[name] = (path, subprocess.Popen(
+            [exe, "record", "-p", str(pid), "-d", str(max(1, int(seconds))), "-r", "200",
+             "-f", "raw", "-o", path, "--idle", "--nonblocking", "--threads"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    summary = {}
+    for name, (path, proc) in procs.items():
+        proc.wait()
+        summary[name] = summarize_raw(path) if os.path.exists(path) else {}
+    return summary
+
+
+def summarize_raw(path: str, top: int = 6) -> dict:
+    """py-spy raw stacks -> {thread: {innermost imageloader frame (or leaf): share %}}."""
+    by_thread: dict = {}
+    for line in open(path):
+        stack, _, count = line.rstrip().rpartition(" ")
+        head, *frames = stack.split(";")  # "thread (TID): NAME", then outermost first
+        if not frames:
+            continue
+        thread = head.partition(": ")[2] or head
+        ours = [f for f in frames if "imageloader/" in f or "scripts/" in f]
+        key = (ours[-1] if ours else frames[-1]).split(" (")[0]
+        leaf = frames[-1].split(" (")[0]
+        if leaf != key:
+            key = f"{key} > {leaf}"
+        counts = by_thread.setdefault(thread, {})
+        counts[key] = counts.get(key, 0) + int(count)
+    out = {}
+    for thread, counts in by_thread.items():
+        total = sum(counts.values())
+        ranked = sorted(counts.items(), key=lambda kv: -kv[1])[:top]
+        out[thread] = {k: round(100 * v / total, 1) for k, v in ranked}
+    return out
+
+
+def main(args, workers: int = 0, readers: int = 0, threads: int = 0) -> dict:
     loader = ImageLoader(args.archive, batch_size=256, train=True, size=224, device="cuda",
-                         decode=args.decode, drop_last=True, workers=args.workers or None,
-                         options=Options(readers=args.readers or None))
+                         decode=args.decode, drop_last=True, workers=workers or None,
+                         options=Options(readers=readers or None,
+                                         inflate_threads=threads or None,
+                                         regions=not args.one_stream))
     times = {"collect": [], "transform": [], "nvjpeg": []}
     events: list = []  # (start, end) on the side stream: the GPU time of each batch's work
     gpu, last = loader._gpu, [None]
@@ -99,6 +154,8 @@ def main(args) -> dict:
                     events.clear()
                     t0 = time.perf_counter()
                     cpu0 = cpu_snapshot(loader)
+                    if args.spy:
+                        spied = _spy_in_background(loader, args)
                 if batches > args.warmup and time.perf_counter() - t0 > args.seconds:
                     break
             else:
@@ -109,21 +166,39 @@ def main(args) -> dict:
         cores = cores_used(cpu0, cpu_snapshot(loader), seconds)
         rate = (batches - args.warmup) * 256 / seconds
         readers = loader._workers.readers
+        parts = len(loader._parts())
+        threads = loader._workers.plan.inflate_threads
     ms = {k: 1000 * sum(v) / max(len(v), 1) for k, v in times.items()}
     done = [(a, b) for a, b in events if b.query()]
     ms["gpu"] = sum(a.elapsed_time(b) for a, b in done) / max(len(done), 1)
     result = {"img_per_s": round(rate), "readers": readers, "workers": loader.workers,
+              "inflate_threads": threads, "parts": parts,
               "ms_per_batch": {k: round(v, 2) for k, v in ms.items()},
               "batch_ms_at_this_rate": round(256_000 / rate, 2), "cores_used": cores,
               "device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    if args.spy:
+        spied.join()
+        result["py_spy"] = spied.result
     print(json.dumps(result))
     return result
+
+
+def _spy_in_background(loader, args) -> threading.Thread:
+    pids = {"parent": os.getpid()}
+    for proc in loader._workers._procs:
+        role = "reader" if "reader" in proc.name else "packer"
+        if role == "reader" or not any(k.startswith("packer") for k in pids):
+            pids[f"{role}-{proc.pid}"] = proc.pid  # every reader, one packer
+    thread = threading.Thread(target=lambda: setattr(
+        thread, "result", spy_on(pids, min(args.spy, args.seconds), args.spy_dir)), daemon=True)
+    thread.result = {}
+    thread.start()
+    return thread
 
 
 def nvjpeg_threads(archive: str, rounds: int = 10) -> dict:
     """decode_jpeg of 256 JPEGs from host memory: img/s from 1 thread, and from 2 at once
     (more only if the call leaves the GIL while nvJPEG works on the host)."""
-    import threading
     from collections import Counter
     from torchvision.io import decode_jpeg
     from imageloader.read import iter_members
@@ -155,14 +230,20 @@ def nvjpeg_threads(archive: str, rounds: int = 10) -> dict:
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--archive", default="bench-data/imagenet-like.tgz")
-    p.add_argument("--readers", type=int, default=0, help="0: the loader's default")
-    p.add_argument("--workers", type=int, default=0, help="packing processes (0: default)")
+    p.add_argument("--configs", default="0x0x0",
+                   help="comma-separated WORKERSxREADERSxINFLATE_THREADS to time in turn "
+                        "(0: the loader's default), e.g. 4x4x2,8x8x2")
+    p.add_argument("--one-stream", action="store_true", help="Options(regions=False)")
+    p.add_argument("--spy", type=float, default=0,
+                   help="seconds of py-spy sampling of the parent, each reader and a packer")
+    p.add_argument("--spy-dir", default=tempfile.gettempdir(), help="py-spy raw files here")
     p.add_argument("--decode", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: the same timings and CPU shares for the CPU-decode path")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--nvjpeg-threads", action="store_true", help="also: nvJPEG, 1 vs 2 threads")
     a = p.parse_args()
-    main(a)
+    for config in a.configs.split(","):
+        main(a, *(int(v) for v in config.split("x")))
     if a.nvjpeg_threads:
         nvjpeg_threads(a.archive)
