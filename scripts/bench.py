@@ -168,8 +168,10 @@ def run_ours(trainer, archive, args, prefetch: int, model: str, decode: str = "c
     with our_loader(archive, args, prefetch, decode) as loader:
         loader.prefetcher.record_waits = True
         label = f"ours {decode} decode, prefetch={prefetch}"
-        if args.trace and decode == "cpu" and prefetch in (0, 2):
-            trace_steps(trainer, loader, args.trace.replace(".json", f"-p{prefetch}-{model}.json"))
+        if args.trace and (prefetch in (0, 2) if decode == "cpu" else True):
+            kind = "" if decode == "cpu" else f"-{decode}"
+            trace_steps(trainer, loader,
+                        args.trace.replace(".json", f"{kind}-p{prefetch}-{model}.json"))
         result = timed_training(trainer, forever(loader), args, label)
         result["fallbacks"] = dict(loader.stats.fallbacks)
         result["exposed_copy_ms_median"] = exposed_copy_ms(loader)

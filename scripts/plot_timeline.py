@@ -301,6 +301,26 @@ def plot(panels: list[tuple[str, list[GpuEvent], dict, float]], out: Path, title
     plt.close(fig)
 
 
+def top_kernels(events: list[GpuEvent], n: int) -> dict:
+    """{stream: [(kernel name, total ms, count)]}, the n with the most time, per stream."""
+    totals: dict = defaultdict(Counter)
+    counts: dict = defaultdict(Counter)
+    for e in events:
+        if e.kind == "kernel":
+            totals[e.stream][e.name] += (e.end - e.start) / 1e3
+            counts[e.stream][e.name] += 1
+    return {stream: [(name, ms, counts[stream][name]) for name, ms in t.most_common(n)]
+            for stream, t in sorted(totals.items())}
+
+
+def format_top_kernels(events: list[GpuEvent], n: int) -> str:
+    lines = []
+    for stream, rows in top_kernels(events, n).items():
+        lines.append(f"  stream {stream}: top kernels")
+        lines += [f"    {ms:8.2f} ms {count:5d}x  {name[:90]}" for name, ms, count in rows]
+    return "\n".join(lines)
+
+
 # ---- command line ----------------------------------------------------------------------------
 
 
@@ -314,6 +334,8 @@ def get_args_parser() -> argparse.ArgumentParser:
                    help="crop to this window, ms from the first GPU event (plot and summary)")
     p.add_argument("--compare", type=Path, default=None, metavar="OTHER_TRACE",
                    help="a second trace, drawn as a second panel below the first")
+    p.add_argument("--top", type=int, default=0,
+                   help="also print each stream's N kernels with the most GPU time")
     p.add_argument("--labels", nargs=2, metavar=("A", "B"), default=None,
                    help="panel titles for trace and --compare (default: file names)")
     return p
@@ -337,9 +359,12 @@ def main(args: argparse.Namespace) -> dict:
         raise SystemExit("--labels needs one label per trace")
     window = tuple(args.window_ms) if args.window_ms else None
     panels = [load_panel(p, label, window) for p, label in zip(paths, labels)]
+    events_of = {label: events for label, events, _, _ in panels}
     for label, _, summary, _ in panels:
         print(format_summary(summary, label + (f" [{window[0]:g}, {window[1]:g}] ms"
                                                if window else "")))
+        if args.top:
+            print(format_top_kernels(events_of[label], args.top))
     plot(panels, args.out, args.title, window)
     print(f"wrote {args.out}")
     return {label: summary for label, _, summary, _ in panels}

@@ -108,6 +108,17 @@ def test_overlap_summary_counts_exactly_the_hidden_copy(timeline) -> None:
     assert timeline.overlap_summary(same)["copy_overlap_ms"] == 0.0
 
 
+def test_top_kernels_ranks_each_streams_kernels_by_gpu_time(timeline) -> None:
+    events = timeline.gpu_events(synthetic_trace())
+    events.append(timeline.GpuEvent("kernel", "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float>",
+                                    0, 7, 9000.0, 10_000.0))
+    top = timeline.top_kernels(events, 1)
+    assert top[7] == [("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float>", pytest.approx(3.5), 2)]
+    assert [name for name, _, _ in top[20]] == ["void at::native::vectorized_elementwise_kernel"
+                                                "<4, ...>"]  # memcpys are not kernels
+    assert "3.50 ms     2x  void cudnn" in timeline.format_top_kernels(events, 1)
+
+
 def test_parse_reads_cupti_monitor_memcpy_and_legacy_kernel_category(timeline) -> None:
     memcpy = gpu("gpu_memcpy", "Memcpy", 13, 10.0, 5.0, **{"copy kind": "DtoH",
                                                            "src kind": "device"})
