@@ -56,6 +56,9 @@ class Options:
                                         # them into regions that readers inflate separately
     timeout: float = 300.0              # seconds without any batch before erroring out
     lookahead: bool = True              # start reading epoch e+1 as soon as e is fully read
+    switch_interval: float | None = 5e-4  # decode="cuda": sys.setswitchinterval while the
+                                        # decode threads run (prefetch.py says why); None:
+                                        # leave the interpreter's (5 ms) alone
     arena_per_image: int = 192 << 10    # decode="cuda": packed JPEG bytes per batch slot
     ring_bytes: int | None = None       # per worker, shared memory for member bytes in transit
                                         # (None: ~2.5 batches of them; 0: send through pipes)
@@ -167,7 +170,8 @@ class ImageLoader:
         if self.decode == "cuda":
             self._gpu = GpuDecode(self.decoder, self.normalize, self.device, jpeg)
             self.prefetcher = Prefetcher((), self.device, prefetch=max(prefetch, 1),
-                                         item_transform=self._gpu, threaded=True)
+                                         item_transform=self._gpu, threaded=True,
+                                         switch_interval=options.switch_interval)
             self._fill = JpegPacker(self.decoder)
             self.decode_name = f"cuda ({jpeg[0]})"
         else:

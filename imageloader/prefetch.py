@@ -28,6 +28,7 @@ import collections
 import contextlib
 import dataclasses
 import queue
+import sys
 import threading
 from typing import Any, Callable, Iterable, Iterator
 
@@ -160,6 +161,21 @@ class _InFlight:
     ready: Any                       # torch.cuda.Event recorded on the side stream
 
 
+def _lower_switch_interval(seconds: float | None) -> Callable[[], None]:
+    """Set the interpreter's thread switch interval to `seconds` if that is lower; returns
+    the function that puts the previous value back (unless someone changed it meanwhile)."""
+    previous = sys.getswitchinterval()
+    if seconds is None or seconds >= previous:
+        return lambda: None
+    sys.setswitchinterval(seconds)
+    ours = sys.getswitchinterval()
+
+    def restore() -> None:
+        if sys.getswitchinterval() == ours:
+            sys.setswitchinterval(previous)
+    return restore
+
+
 class Prefetcher:
     """Iterate `source` with batches copied to `device` up to `prefetch` batches ahead.
 
@@ -171,7 +187,8 @@ class Prefetcher:
 
     def __init__(self, source: Iterable, device: str | torch.device | None = None, *,
                  prefetch: int = 2, item_transform: Callable[[Any], Any] | None = None,
-                 staging_slots: int | None = None, threaded: bool = False):
+                 staging_slots: int | None = None, threaded: bool = False,
+                 switch_interval: float | None = None):
         if prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {prefetch}")
         self.source, self.device, self.prefetch = source, resolve_device(device), prefetch
@@ -180,6 +197,12 @@ class Prefetcher:
         # transforms (GPU decoding: thousands of small kernel launches per batch) overlap the
         # training loop's own launches instead of adding to them.
         self.threaded = threaded
+        # With threads, the GIL is handed to a waiting thread only every `switch_interval`
+        # seconds (Python's default: 5 ms). nvJPEG's caller gives the GIL up and takes it back
+        # many times per batch; beside a training loop that always wants it, each take-back
+        # waited up to 5 ms, and the decode thread starved (probe_contention.py). While the
+        # threads run, the interval is lowered to this (None: left alone).
+        self.switch_interval = switch_interval
         self._side: torch.cuda.Stream | None = None
         # Benchmarks set record_waits: then each hand-over records (before, after) events on
         # the consumer stream around its wait, i.e. the copy time the consumer was exposed to.
@@ -259,6 +282,7 @@ class Prefetcher:
                              name="imageloader-collect", daemon=True),
             threading.Thread(target=self._submit_all, args=(collected, jobs, stop),
                              name="imageloader-prefetch", daemon=True)]
+        restore = _lower_switch_interval(self.switch_interval)
         for thread in threads:
             thread.start()
         try:
@@ -277,6 +301,7 @@ class Prefetcher:
                         _release_unsubmitted(q.get(timeout=0.05))
             if hasattr(pairs, "close"):
                 pairs.close()  # only now: a generator cannot be closed while another runs it
+            restore()
 
     @staticmethod
     def _collect_all(pairs, collected: queue.Queue, stop: threading.Event) -> None:

@@ -1,0 +1,209 @@
+"""What slows training when JPEGs are decoded on the GPU beside it: the GIL, or the GPU?
+
+    python scripts/probe_contention.py --archive bench-data/imagenet-like.tgz --model resnet18
+
+With decode="cuda" the training process itself calls nvJPEG (a thread of the prefetcher). This
+times training steps on data already on the GPU (bench.py's Trainer and ceiling batches):
+alone; beside a THREAD of the same process that decodes 256-JPEG batches with
+torchvision.io.decode_jpeg as fast as it can on a side stream, under several thread switch
+intervals (sys.setswitchinterval); beside a separate PROCESS doing the same (it shares the GPU,
+not the GIL); and fed by ImageLoader(decode="cuda") with Options(switch_interval=each). Also a
+pure-Python loop beside the decoding thread: how fast nvJPEG still decodes when another thread
+always wants the GIL. One JSON line per row.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def load_jpegs(archive: str, n: int = 256) -> list[bytes]:
+    from imageloader.read import iter_members
+    datas = []
+    for member in iter_members(archive, skipped=Counter()):
+        if member.name.lower().endswith((".jpg", ".jpeg")):
+            datas.append(bytes(member.data))
+        if len(datas) == n:
+            break
+    return datas
+
+
+def decode_paced(datas: list[bytes], rate: float, stop, done: list) -> None:
+    """decode_jpeg batches on a side stream at `rate` images/s (or as fast as it can) until
+    `stop` is set; `done` receives (images, seconds)."""
+    from torchvision.io import decode_jpeg
+    tensors = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in datas]
+    stream = torch.cuda.Stream()
+    interval = len(tensors) / rate if rate > 0 else 0.0
+    images, t0 = 0, time.perf_counter()
+    next_start = t0
+    with torch.cuda.stream(stream):
+        while not stop.is_set():
+            decode_jpeg(tensors, device="cuda")
+            images += len(tensors)
+            next_start += interval
+            pause = next_start - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+            else:
+                next_start = time.perf_counter()  # behind: no catching up in bursts
+        stream.synchronize()
+    done.append((images, time.perf_counter() - t0))
+
+
+def _process_main(archive: str, rate: float, ready, stop, result) -> None:
+    datas = load_jpegs(archive)
+    done: list = []
+    ready.set()
+    decode_paced(datas, rate, stop, done)
+    result.put(done[0])
+
+
+def train_rate(trainer, batches, seconds: float, warmup: int = 10) -> float:
+    for _ in range(warmup):
+        trainer.step(*next(batches))
+    torch.cuda.synchronize()
+    steps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        images, labels = next(batches)
+        trainer.step(images, labels)
+        steps += 1
+    torch.cuda.synchronize()
+    return steps * len(labels) / (time.perf_counter() - t0)
+
+
+def count_rate(seconds: float) -> float:
+    """Iterations per second of a pure-Python loop: it needs the GIL and nothing else."""
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(1000):
+            n += 1
+    return n / (time.perf_counter() - t0)
+
+
+def beside_thread(datas, rate, work):
+    stop, done = threading.Event(), []
+    thread = threading.Thread(target=decode_paced, args=(datas, rate, stop, done))
+    thread.start()
+    time.sleep(0.5)  # the decoder's first (slow, allocating) batches out of the way
+    try:
+        value = work()
+    finally:
+        stop.set()
+        thread.join()
+    return value, done[0][0] / done[0][1]
+
+
+def beside_process(archive, rate, work):
+    ctx = mp.get_context("spawn")
+    ready, stop, result = ctx.Event(), ctx.Event(), ctx.Queue()
+    proc = ctx.Process(target=_process_main, args=(archive, rate, ready, stop, result))
+    proc.start()
+    ready.wait(120)
+    time.sleep(2.0)  # CUDA context and first batches
+    try:
+        value = work()
+    finally:
+        stop.set()
+        images, seconds = result.get(timeout=60)
+        proc.join(30)
+    return value, images / seconds
+
+
+def with_interval(seconds: float | None, work):
+    """Run `work` with the interpreter's thread switch interval at `seconds` (None: as is)."""
+    previous = sys.getswitchinterval()
+    if seconds is not None:
+        sys.setswitchinterval(seconds)
+    try:
+        return work()
+    finally:
+        sys.setswitchinterval(previous)
+
+
+def loader_rate(args, trainer, interval: float | None) -> tuple[float, float]:
+    """Training img/s and data-wait % fed by ImageLoader(decode="cuda")."""
+    from bench import forever
+    from imageloader import ImageLoader, Options
+    with ImageLoader(args.archive, batch_size=args.batch_size, train=True, size=224,
+                     device="cuda", decode="cuda", drop_last=True,
+                     options=Options(switch_interval=interval)) as loader:
+        batches = forever(loader)
+        for _ in range(10):
+            trainer.step(*next(batches))
+        torch.cuda.synchronize()
+        images = 0
+        wait = 0.0
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < args.seconds:
+            t1 = time.perf_counter()
+            x, y = next(batches)
+            wait += time.perf_counter() - t1
+            trainer.step(x, y)
+            images += len(y)
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+    return images / seconds, 100 * wait / seconds
+
+
+def main(args) -> list[dict]:
+    from bench import Trainer, ceiling_batches
+    datas = load_jpegs(args.archive)
+    trainer = Trainer(args.model, 100)
+    batches = ceiling_batches(args, 100)
+    rows = []
+
+    def emit(row):
+        row.update(device=torch.cuda.get_device_name(), torch=torch.__version__)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+
+    def train():
+        return train_rate(trainer, batches, args.seconds)
+    alone = train()
+    emit({"row": f"{args.model} training alone", "img_per_s": round(alone)})
+    got, decoded = beside_process(args.archive, 0, train)
+    emit({"row": f"{args.model} training + nvJPEG in a process", "img_per_s": round(got),
+          "pct_of_alone": round(100 * got / alone, 1), "decoded_img_per_s": round(decoded)})
+    counter = count_rate(args.seconds / 2)
+    for interval in args.intervals:
+        got, decoded = with_interval(interval, lambda: beside_thread(
+            datas, 0, lambda: count_rate(args.seconds / 2)))
+        emit({"row": "Python loop + nvJPEG in a thread", "switch_interval": interval,
+              "pct_of_alone": round(100 * got / counter, 1), "decoded_img_per_s": round(decoded)})
+        got, decoded = with_interval(interval, lambda: beside_thread(datas, 0, train))
+        emit({"row": f"{args.model} training + nvJPEG in a thread", "switch_interval": interval,
+              "img_per_s": round(got), "pct_of_alone": round(100 * got / alone, 1),
+              "decoded_img_per_s": round(decoded)})
+    for interval in args.intervals:
+        got, wait = loader_rate(args, trainer, interval if interval != 0.005 else None)
+        emit({"row": f"{args.model} training from ImageLoader(decode='cuda')",
+              "switch_interval": interval, "img_per_s": round(got),
+              "pct_of_alone": round(100 * got / alone, 1), "data_wait_pct": round(wait, 1)})
+    return rows
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--archive", default="bench-data/imagenet-like.tgz")
+    p.add_argument("--model", default="resnet18")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--seconds", type=float, default=6.0, help="per timed row")
+    p.add_argument("--intervals", type=float, nargs="+", default=[0.005, 0.001, 0.0005, 0.0002],
+                   help="sys.setswitchinterval values to compare (0.005 is Python's default)")
+    return p
+
+
+if __name__ == "__main__":
+    main(get_args_parser().parse_args())
