@@ -56,9 +56,10 @@ class Options:
                                         # them into regions that readers inflate separately
     timeout: float = 300.0              # seconds without any batch before erroring out
     lookahead: bool = True              # start reading epoch e+1 as soon as e is fully read
-    switch_interval: float | None = 5e-4  # decode="cuda": sys.setswitchinterval while the
-                                        # decode threads run (prefetch.py says why); None:
-                                        # leave the interpreter's (5 ms) alone
+    switch_interval: float | None = None  # decode="cuda": sys.setswitchinterval while the
+                                        # decode threads run, e.g. 2e-4 when the training loop
+                                        # is mostly Python (prefetch.py says why); None: the
+                                        # interpreter's (5 ms)
     arena_per_image: int = 192 << 10    # decode="cuda": packed JPEG bytes per batch slot
     ring_bytes: int | None = None       # per worker, shared memory for member bytes in transit
                                         # (None: ~2.5 batches of them; 0: send through pipes)
