@@ -92,17 +92,21 @@ def count_rate(seconds: float) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def beside_thread(datas, rate, work):
+def beside_thread(datas, rate, work, threads: int = 1):
+    """`work()` beside `threads` decoding threads; returns its value and their total img/s."""
     stop, done = threading.Event(), []
-    thread = threading.Thread(target=decode_paced, args=(datas, rate, stop, done))
-    thread.start()
+    running = [threading.Thread(target=decode_paced, args=(datas, rate, stop, done))
+               for _ in range(threads)]
+    for thread in running:
+        thread.start()
     time.sleep(0.5)  # the decoder's first (slow, allocating) batches out of the way
     try:
         value = work()
     finally:
         stop.set()
-        thread.join()
-    return value, done[0][0] / done[0][1]
+        for thread in running:
+            thread.join()
+    return value, sum(images / seconds for images, seconds in done)
 
 
 def beside_process(archive, rate, work):
@@ -162,6 +166,7 @@ def main(args) -> list[dict]:
     datas = load_jpegs(args.archive)
     trainer = Trainer(args.model, 100)
     batches = ceiling_batches(args, 100)
+    parts = set(args.parts.split(","))
     rows = []
 
     def emit(row):
@@ -175,18 +180,25 @@ def main(args) -> list[dict]:
     emit({"row": f"{args.model} training alone", "img_per_s": round(alone)})
     # The loader rows first: after the raw decode threads below, creating a GPU-decode loader
     # in the same process crashed once (torchvision's nvJPEG state; not seen otherwise).
-    for interval in args.intervals if "loader" in args.parts else ():
+    for interval in args.intervals if "loader" in parts else ():
         got, wait = loader_rate(args, trainer, interval if interval != 0.005 else None)
         emit({"row": f"{args.model} training from ImageLoader(decode='cuda')",
               "switch_interval": interval, "img_per_s": round(got),
               "pct_of_alone": round(100 * got / alone, 1), "data_wait_pct": round(wait, 1)})
-    if "raw" not in args.parts:
-        return rows
-    got, decoded = beside_process(args.archive, 0, train)
-    emit({"row": f"{args.model} training + nvJPEG in a process", "img_per_s": round(got),
-          "pct_of_alone": round(100 * got / alone, 1), "decoded_img_per_s": round(decoded)})
+    for threads in (1, 2, 3) if "threads" in parts else ():
+        # Does nvJPEG's latency beside training overlap across callers?
+        _, decoded = beside_thread(datas, 0, lambda: time.sleep(args.seconds / 2), threads)
+        emit({"row": f"nvJPEG alone in {threads} thread(s)", "decoded_img_per_s": round(decoded)})
+        got, decoded = beside_thread(datas, 0, train, threads)
+        emit({"row": f"{args.model} training + nvJPEG in {threads} thread(s)",
+              "img_per_s": round(got), "pct_of_alone": round(100 * got / alone, 1),
+              "decoded_img_per_s": round(decoded)})
+    if "process" in parts:
+        got, decoded = beside_process(args.archive, 0, train)
+        emit({"row": f"{args.model} training + nvJPEG in a process", "img_per_s": round(got),
+              "pct_of_alone": round(100 * got / alone, 1), "decoded_img_per_s": round(decoded)})
     counter = count_rate(args.seconds / 2)
-    for interval in args.intervals:
+    for interval in args.intervals if "intervals" in parts else ():
         got, decoded = with_interval(interval, lambda: beside_thread(
             datas, 0, lambda: count_rate(args.seconds / 2)))
         emit({"row": "Python loop + nvJPEG in a thread", "switch_interval": interval,
@@ -204,8 +216,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="resnet18")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--seconds", type=float, default=6.0, help="per timed row")
-    p.add_argument("--parts", default="loader,raw",
-                   help="loader: rows fed by ImageLoader; raw: decode_jpeg beside training")
+    p.add_argument("--parts", default="loader,threads,process,intervals",
+                   help="loader: training fed by ImageLoader; threads: decode_jpeg in 1-3 "
+                        "threads beside training; process: in another process; intervals: "
+                        "beside a Python loop and training, per switch interval")
     p.add_argument("--intervals", type=float, nargs="+", default=[0.005, 0.001, 0.0005, 0.0002],
                    help="sys.setswitchinterval values to compare (0.005 is Python's default)")
     return p
