@@ -6,8 +6,9 @@
             ...
 
 Iterating again starts the next epoch (shuffle reseeded with `seed + epoch`). With `workers=0`
-everything runs in the calling process; otherwise a reader process and `workers` decode
-processes fill shared, page-locked batch buffers (workers.py). Processes start on first
+everything runs in the calling process; otherwise reader processes (one per archive, or per
+share of an archive's regions: index.py) and `workers` decode processes fill shared, page-locked
+batch buffers (workers.py). Processes start on first
 iteration, live across epochs, and stop on `close()`, on leaving a `with` block, or at exit.
 """
 from __future__ import annotations
