@@ -165,15 +165,18 @@ def test_ranks_split_the_regions_of_one_archive(tmp_path, kind):
     """Two ranks read disjoint regions (neither inflates the other's): together every image
     once, and the same number of steps on each."""
     path = padded_archive(tmp_path / f"a.{kind}", compress=kind == "gz")
-    shares, steps = [], []
+    shares, steps, skipped = [], [], 0
     for rank in range(2):
         options = Options(rank=rank, world_size=2, readers=2)
         with numbered_loader(path, workers=2, options=options) as loader:
             assert loader.split_by_archive
-            batches = [ids(x) for x, _ in loader]
+            with pytest.warns(UserWarning, match="not_image"):
+                batches = [ids(x) for x, _ in loader]
+            skipped += loader.stats.skipped["not_image"]
             steps.append(len(batches))
             shares.append([i for b in batches for i in b])
     assert steps[0] == steps[1]
+    assert skipped == 60  # the padding members: each counted once, by the rank that read it
     distinct = [set(s) for s in shares]
     assert not distinct[0] & distinct[1]
     assert distinct[0] | distinct[1] == set(range(60))
