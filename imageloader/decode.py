@@ -146,8 +146,13 @@ class JpegPacker:
     and oddly subsampled images, and images that no longer fit the arena, go the CPU way.
     """
 
-    def __init__(self, cpu: Decoder):
+    def __init__(self, cpu: Decoder, cpu_share: float = 0.0):
+        if not 0.0 <= cpu_share <= 1.0:
+            raise ValueError(f"cpu_share must be within [0, 1], got {cpu_share}")
         self.cpu = cpu
+        # A share of the images decoded here on purpose: when the GPU is busy training, the
+        # packers' idle cores take that much decode work off it (Options.cpu_share).
+        self.cpu_share = cpu_share
         self.fallbacks: Counter = Counter()
         self._end = 0
 
@@ -162,8 +167,10 @@ class JpegPacker:
         reason, size = gpu_screen(data, self.cpu.mode, self.cpu.limits)
         if reason is None and self._end + len(data) > len(batch.arena):
             reason = "arena_full"
+        if reason is None and self.cpu_share > 0 and _unit(seed) < self.cpu_share:
+            reason = "cpu_share"
         if reason is not None:
-            self.cpu.fill(batch, slot, data, seed)  # raises SampleError for bad images
+            self.cpu.fill(batch, slot, data, seed)  # raises SampleError; sets lengths 0
             self.fallbacks[reason] += 1
             return
         batch.arena[self._end:self._end + len(data)] = np.frombuffer(data, np.uint8)
@@ -180,6 +187,12 @@ class JpegPacker:
     def take_fallbacks(self) -> dict:
         counts, self.fallbacks = dict(self.fallbacks), Counter()
         return counts
+
+
+def _unit(seed: int) -> float:
+    """A number in [0, 1) that depends only on the sample's seed (which images a cpu_share
+    takes is then the same for a given seed, whatever the worker count)."""
+    return ((int(seed) * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF) / 2.0 ** 64
 
 
 def gpu_screen(data: bytes, mode: str, limits: Limits

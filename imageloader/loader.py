@@ -57,6 +57,9 @@ class Options:
                                         # them into regions that readers inflate separately
     timeout: float = 300.0              # seconds without any batch before erroring out
     lookahead: bool = True              # start reading epoch e+1 as soon as e is fully read
+    cpu_share: float = 0.0              # decode="cuda": share of the images the packers
+                                        # decode on the CPU instead (they reach the GPU as
+                                        # pixels), for models that keep the GPU busy
     switch_interval: float | None = None  # decode="cuda": sys.setswitchinterval while the
                                         # decode threads run, e.g. 2e-4 when the training loop
                                         # is mostly Python (prefetch.py says why); None: the
@@ -174,7 +177,7 @@ class ImageLoader:
             self.prefetcher = Prefetcher((), self.device, prefetch=max(prefetch, 1),
                                          item_transform=self._gpu, threaded=True,
                                          switch_interval=options.switch_interval)
-            self._fill = JpegPacker(self.decoder)
+            self._fill = JpegPacker(self.decoder, options.cpu_share)
             self.decode_name = f"cuda ({jpeg[0]})"
         else:
             self._gpu = None

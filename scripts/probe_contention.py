@@ -136,13 +136,14 @@ def with_interval(seconds: float | None, work):
         sys.setswitchinterval(previous)
 
 
-def loader_rate(args, trainer, interval: float | None) -> tuple[float, float]:
+def loader_rate(args, trainer, interval: float | None, cpu_share: float = 0.0
+                ) -> tuple[float, float]:
     """Training img/s and data-wait % fed by ImageLoader(decode="cuda")."""
     from bench import forever
     from imageloader import ImageLoader, Options
     with ImageLoader(args.archive, batch_size=args.batch_size, train=True, size=224,
                      device="cuda", decode="cuda", drop_last=True,
-                     options=Options(switch_interval=interval)) as loader:
+                     options=Options(switch_interval=interval, cpu_share=cpu_share)) as loader:
         batches = forever(loader)
         for _ in range(10):
             trainer.step(*next(batches))
@@ -185,6 +186,11 @@ def main(args) -> list[dict]:
         emit({"row": f"{args.model} training from ImageLoader(decode='cuda')",
               "switch_interval": interval, "img_per_s": round(got),
               "pct_of_alone": round(100 * got / alone, 1), "data_wait_pct": round(wait, 1)})
+    for share in args.cpu_shares if "shares" in parts else ():
+        got, wait = loader_rate(args, trainer, None, share)
+        emit({"row": f"{args.model} training from ImageLoader(decode='cuda')",
+              "cpu_share": share, "img_per_s": round(got),
+              "pct_of_alone": round(100 * got / alone, 1), "data_wait_pct": round(wait, 1)})
     for threads in (1, 2, 3) if "threads" in parts else ():
         # Does nvJPEG's latency beside training overlap across callers?
         _, decoded = beside_thread(datas, 0, lambda: time.sleep(args.seconds / 2), threads)
@@ -217,9 +223,12 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--seconds", type=float, default=6.0, help="per timed row")
     p.add_argument("--parts", default="loader,threads,process,intervals",
-                   help="loader: training fed by ImageLoader; threads: decode_jpeg in 1-3 "
+                   help="loader: training fed by ImageLoader, per switch interval; shares: "
+                        "the same per --cpu-shares; threads: decode_jpeg in 1-3 "
                         "threads beside training; process: in another process; intervals: "
                         "beside a Python loop and training, per switch interval")
+    p.add_argument("--cpu-shares", type=float, nargs="+", default=[0.0, 0.2, 0.35, 0.5],
+                   help="Options.cpu_share values for the 'shares' part")
     p.add_argument("--intervals", type=float, nargs="+", default=[0.005, 0.001, 0.0005, 0.0002],
                    help="sys.setswitchinterval values to compare (0.005 is Python's default)")
     return p

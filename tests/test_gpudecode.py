@@ -9,7 +9,7 @@ from PIL import Image
 
 from conftest import (assert_labels_match_pixels, class_level, encode, labeled_files, photo,
                       solid, write_archive)
-from imageloader import ImageLoader
+from imageloader import ImageLoader, Options
 from imageloader.batch import batch_layout, views_of
 from imageloader.decode import Augment, Decoder, JpegPacker, gpu_screen
 from imageloader.errors import Limits
@@ -59,6 +59,42 @@ def test_packer_packs_bytes_and_decodes_the_rest_on_the_cpu():
     assert bytes(batch.arena[batch.offsets[2]:][:len(jpeg)]) == jpeg
     assert (batch.images[1] == 70).all()
     assert packer.take_fallbacks() == {"not_jpeg": 1, "arena_full": 1}
+
+
+def test_a_refused_image_clears_what_the_slot_held_in_the_last_batch():
+    layout = batch_layout(2, (8, 8, 3), arena_bytes=3000)
+    batch = views_of(bytearray(layout.nbytes), layout)
+    packer = JpegPacker(Decoder(Augment.make(8, False)))
+    packer.start(batch)
+    packer.fill(batch, 0, solid(60), 1)
+    assert batch.lengths[0] > 0
+    packer.start(batch)  # the buffer's next batch: slot 0 now gets a PNG
+    packer.fill(batch, 0, solid(70, fmt="PNG"), 2)
+    assert batch.lengths[0] == 0 and (batch.images[0] == 70).all()
+
+
+def test_cpu_share_decodes_that_share_on_the_cpu_the_same_images_every_time():
+    layout = batch_layout(64, (8, 8, 3), arena_bytes=64 * 1000)
+    jpegs = [solid(10 + 3 * i) for i in range(64)]
+
+    def pack(share):
+        batch = views_of(bytearray(layout.nbytes), layout)
+        packer = JpegPacker(Decoder(Augment.make(8, False)), cpu_share=share)
+        packer.start(batch)
+        for slot, data in enumerate(jpegs):
+            packer.fill(batch, slot, data, 5000 + slot)
+        on_cpu = [slot for slot in range(64) if batch.lengths[slot] == 0]
+        for slot in on_cpu:  # decoded here: the pixels are in the batch
+            assert abs(int(batch.images[slot].mean()) - (10 + 3 * slot)) <= 1
+        return on_cpu, packer.take_fallbacks()
+
+    assert pack(0.0) == ([], {})
+    half, counts = pack(0.5)
+    assert 20 <= len(half) <= 44 and counts == {"cpu_share": len(half)}
+    assert pack(0.5)[0] == half  # chosen by each sample's seed
+    assert len(pack(1.0)[0]) == 64
+    with pytest.raises(ValueError, match="cpu_share"):
+        JpegPacker(Decoder(Augment.make(8, False)), cpu_share=1.5)
 
 
 def packed_batch(files, augment, arena=1 << 20):
@@ -137,6 +173,22 @@ def test_cuda_decode_train_labels_pixels_and_fallbacks(tmp_path):
         assert_labels_match_pixels(images, labels, tolerance=8)
         assert loader.stats.fallbacks == {"gpu_decoded": 24, "color_cmyk": 1, "progressive": 1,
                                           "exif_orientation": 1, "not_jpeg": 1}
+
+
+@cuda
+def test_cpu_share_mixes_cpu_and_gpu_decoded_images_in_every_batch(tmp_path):
+    files = labeled_files(4, 16)  # JPEGs whose pixels say their class
+    path = write_archive(tmp_path / "a.tgz", files)
+    with cuda_loader(path, "cuda", options=Options(cpu_share=0.5)) as loader:
+        for _ in range(3):  # later epochs reuse buffers that held packed bytes
+            pairs = [(x.cpu(), y.cpu()) for x, y in loader]
+            images = torch.cat([x for x, _ in pairs])
+            labels = torch.cat([y for _, y in pairs])
+            assert len(labels) == 64
+            assert_labels_match_pixels(images, labels, tolerance=8)
+            counts = loader.stats.fallbacks
+            assert counts["cpu_share"] + counts["gpu_decoded"] == 64
+            assert 16 <= counts["cpu_share"] <= 48
 
 
 @cuda
