@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
+import subprocess
 from collections import Counter
 
 import pytest
@@ -47,11 +49,16 @@ def kinds():
 @pytest.mark.parametrize("kind", kinds())
 def test_regions_together_walk_exactly_what_one_pass_walks(tmp_path, kind):
     path = padded_archive(tmp_path / f"a.{kind}", compress=kind == "gz")
+    assert_regions_walk_like_one_pass(path, gzip=kind == "gz")
+
+
+def assert_regions_walk_like_one_pass(path, gzip: bool, min_regions: int = 4,
+                                      skips_expected=None) -> None:
     regions = archive_regions(path)
-    assert regions is not None and len(regions) >= 4
+    assert regions is not None and len(regions) >= min_regions
     assert [r.start for r in regions[1:]] == [r.end for r in regions[:-1]]
     assert regions[-1].end is None and regions[0].start == 0
-    assert (regions[0].index is not None) == (kind == "gz")
+    assert (regions[0].index is not None) == gzip
     whole, whole_skips = walk(path)
     pieces, skips, opened = [], Counter(), {}
     try:
@@ -65,7 +72,34 @@ def test_regions_together_walk_exactly_what_one_pass_walks(tmp_path, kind):
         for stream in opened.values():
             stream.close()
     assert pieces == whole  # same members, same order, same bytes, same entry ordinals
-    assert skips == whole_skips == {"not_image": 60}
+    assert skips == whole_skips == (skips_expected or {"not_image": 60})
+
+
+@pytest.mark.skipif(not (GZIP_REGIONS and shutil.which("tar") and shutil.which("gzip")),
+                    reason="needs rapidgzip, GNU tar and gzip")
+@pytest.mark.parametrize("fmt", ["gnu", "posix"])
+@pytest.mark.parametrize("members", [1, 3])
+def test_regions_of_archives_made_by_gnu_tar_and_gzip(tmp_path, fmt, members):
+    """What users have: `tar czf`, and gzip files of several members (as pigz or a split
+    job writes them), with tar headers straddling the member boundaries."""
+    rng = random.Random(2)
+    root = tmp_path / "src"
+    for i in range(60):
+        folder = root / "t" / f"c{i % 3}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{i:03d}.png").write_bytes(solid(10 + 3 * i, fmt="PNG", mode="L"))
+        (folder / f"{i:03d}.txt").write_bytes(rng.randbytes(60_000))
+    tar_bytes = subprocess.run(["tar", f"--format={fmt}", "--sort=name", "-cf", "-", "-C",
+                                str(root), "t"], check=True, capture_output=True).stdout
+    cuts = [len(tar_bytes) * k // members + 777 * (k % 2) for k in range(1, members)]
+    parts = [tar_bytes[a:b] for a, b in zip([0, *cuts], [*cuts, len(tar_bytes)])]
+    path = tmp_path / "a.tgz"
+    with open(path, "wb") as out:
+        for part in parts:
+            out.write(subprocess.run(["gzip", "-6", "-c"], input=part, check=True,
+                                     capture_output=True).stdout)
+    assert_regions_walk_like_one_pass(str(path), gzip=True,
+                                      skips_expected={"not_image": 60, "directory": 4})
 
 
 def test_no_regions_for_duplicate_names(tmp_path):
