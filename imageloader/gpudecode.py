@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torchvision.ops import roi_align
 
+from . import gpucrop
 from .batch import FALLBACK
 from .decode import Decoder, center_crop_geometry
 from .errors import SampleError
@@ -53,6 +54,17 @@ def find_jpeg_decoder() -> tuple[str, JpegDecode] | None:
     return "torchvision.io.decode_jpeg", with_torchvision
 
 
+def choose_crop(crop: str, device: torch.device) -> str:
+    """"triton" (gpucrop's one kernel) or "roi_align" (torchvision ops, any device)."""
+    if crop not in ("auto", "triton", "roi_align"):
+        raise ValueError(f'gpu_crop must be "auto", "triton" or "roi_align", got {crop!r}')
+    if crop == "auto":
+        return "triton" if gpucrop.available(device) else "roi_align"
+    if crop == "triton" and not gpucrop.available(device):
+        raise RuntimeError(f"gpu_crop='triton' needs Triton and a CUDA device (got {device})")
+    return crop
+
+
 class Packed:
     """A packed host batch on its way to the GPU. Deliberately not a tensor container, so the
     prefetcher hands it to `GpuDecode` as is (nvJPEG reads the bytes from host memory)."""
@@ -65,10 +77,11 @@ class GpuDecode:
     """Prefetch item transform for packed batches -> (images uint8 NCHW or normalized, labels)."""
 
     def __init__(self, cpu: Decoder, normalize, device: torch.device,
-                 decoder: tuple[str, JpegDecode]):
+                 decoder: tuple[str, JpegDecode], crop: str = "auto"):
         self.cpu, self.normalize, self.device = cpu, normalize, device
         self.augment = cpu.augment  # the same geometry as the CPU path
         self.name, self._decode = decoder
+        self.crop = choose_crop(crop, device)
         # Reported like the workers' counts: skip reasons as they are, the rest under FALLBACK.
         self.counts: Counter = Counter()
 
@@ -100,7 +113,7 @@ class GpuDecode:
         datas = [arena[int(arrays.offsets[s]):int(arrays.offsets[s] + arrays.lengths[s])]
                  for s in slots]
         images = self._decode_all(datas, slots, arrays)
-        kept, by_size = [], defaultdict(list)
+        kept, to_crop = [], []
         for slot, image in zip(slots, images):
             if image is None:
                 continue
@@ -108,11 +121,10 @@ class GpuDecode:
             if isinstance(image, np.ndarray):  # decoded by Pillow after nvJPEG refused it
                 out[slot].copy_(torch.from_numpy(image))
             elif self.augment.train:
-                by_size[tuple(image.shape)].append((slot, image))
+                to_crop.append((slot, image))
             else:
                 out[slot].copy_(self._center_crop(image))
-        for group in by_size.values():
-            self._random_resized_crops(group, arrays.boxes, out)
+        self._train_crops(to_crop, arrays.boxes, out)
         self.counts[FALLBACK + "gpu_decoded"] += len(kept) - sum(isinstance(i, np.ndarray) for i in images)
         return kept
 
@@ -135,6 +147,21 @@ class GpuDecode:
                 return None
             self.counts[FALLBACK + "gpu_refused"] += 1
             return pixels
+
+    def _train_crops(self, pairs, boxes, out) -> None:
+        """Each (slot, image) cropped to the box the packers drew, resized, flipped, into out."""
+        if not pairs:
+            return
+        if self.crop == "triton":  # one kernel for the whole batch, from the uint8 images
+            slots = [slot for slot, _ in pairs]
+            gpucrop.crop_resize_flip([image.contiguous() for _, image in pairs], boxes[slots],
+                                     slots, out)
+            return
+        by_size = defaultdict(list)
+        for slot, image in pairs:
+            by_size[tuple(image.shape)].append((slot, image))
+        for group in by_size.values():
+            self._random_resized_crops(group, boxes, out)
 
     def _random_resized_crops(self, group, boxes, out) -> None:
         """Crop, resize and flip same-sized images with a handful of kernels, not per image.

@@ -64,6 +64,11 @@ class Options:
                                         # decode threads run, e.g. 2e-4 when the training loop
                                         # is mostly Python (prefetch.py says why); None: the
                                         # interpreter's (5 ms)
+    gpu_crop: str = "auto"              # decode="cuda", training crops: "triton" (one
+                                        # kernel per batch, gpucrop.py), "roi_align"
+                                        # (torchvision ops), "auto": triton where it runs
+    stream_priority: int = 0            # CUDA priority of the loader's side stream
+                                        # (-1: ahead of the training's kernels; prefetch.py)
     arena_per_image: int = 192 << 10    # decode="cuda": packed JPEG bytes per batch slot
     ring_bytes: int | None = None       # per worker, shared memory for member bytes in transit
                                         # (None: ~2.5 batches of them; 0: send through pipes)
@@ -173,16 +178,20 @@ class ImageLoader:
         # The device step must not refer back to the loader: a reference cycle would leave
         # CUDA objects for the garbage collector, which may then run in a forked child.
         if self.decode == "cuda":
-            self._gpu = GpuDecode(self.decoder, self.normalize, self.device, jpeg)
+            self._gpu = GpuDecode(self.decoder, self.normalize, self.device, jpeg,
+                                  crop=options.gpu_crop)
             self.prefetcher = Prefetcher((), self.device, prefetch=max(prefetch, 1),
                                          item_transform=self._gpu, threaded=True,
-                                         switch_interval=options.switch_interval)
+                                         switch_interval=options.switch_interval,
+                                         priority=options.stream_priority)
             self._fill = JpegPacker(self.decoder, options.cpu_share)
-            self.decode_name = f"cuda ({jpeg[0]})"
+            crops = f", crops: {self._gpu.crop}" if train else ""
+            self.decode_name = f"cuda ({jpeg[0]}{crops})"
         else:
             self._gpu = None
             self.prefetcher = Prefetcher((), self.device, prefetch=prefetch,
-                                         item_transform=_OnDevice(self.normalize))
+                                         item_transform=_OnDevice(self.normalize),
+                                         priority=options.stream_priority)
             self._fill = self.decoder
             self.decode_name = "cpu (Pillow)"
         log.info("imageloader: decoding on %s", self.decode_name)

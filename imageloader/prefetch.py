@@ -188,7 +188,7 @@ class Prefetcher:
     def __init__(self, source: Iterable, device: str | torch.device | None = None, *,
                  prefetch: int = 2, item_transform: Callable[[Any], Any] | None = None,
                  staging_slots: int | None = None, threaded: bool = False,
-                 switch_interval: float | None = None):
+                 switch_interval: float | None = None, priority: int = 0):
         if prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {prefetch}")
         self.source, self.device, self.prefetch = source, resolve_device(device), prefetch
@@ -204,6 +204,10 @@ class Prefetcher:
         # release the GIL often, the interval made no difference, hence opt-in. While the
         # threads run, the interval is lowered to this (None: left alone).
         self.switch_interval = switch_interval
+        # CUDA stream priority of the side stream (lower is more urgent; torch clamps to the
+        # device's range). A high priority lets the block scheduler start our few small
+        # kernels between a training kernel's blocks instead of after the whole kernel.
+        self.priority = priority
         self._side: torch.cuda.Stream | None = None
         # Benchmarks set record_waits: then each hand-over records (before, after) events on
         # the consumer stream around its wait, i.e. the copy time the consumer was exposed to.
@@ -221,7 +225,7 @@ class Prefetcher:
     @property
     def side_stream(self) -> torch.cuda.Stream:
         if self._side is None:
-            self._side = torch.cuda.Stream(device=self.device)  # once per Prefetcher
+            self._side = torch.cuda.Stream(device=self.device, priority=self.priority)  # once
         return self._side
 
     def run(self, pairs: Iterable[tuple[Any, Release | None]]) -> Iterator[Any]:

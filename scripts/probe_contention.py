@@ -136,14 +136,13 @@ def with_interval(seconds: float | None, work):
         sys.setswitchinterval(previous)
 
 
-def loader_rate(args, trainer, interval: float | None, cpu_share: float = 0.0
-                ) -> tuple[float, float]:
-    """Training img/s and data-wait % fed by ImageLoader(decode="cuda")."""
+def loader_rate(args, trainer, **options) -> tuple[float, float]:
+    """Training img/s and data-wait % fed by ImageLoader(decode="cuda", options=Options(...))."""
     from bench import forever
     from imageloader import ImageLoader, Options
     with ImageLoader(args.archive, batch_size=args.batch_size, train=True, size=224,
                      device="cuda", decode="cuda", drop_last=True,
-                     options=Options(switch_interval=interval, cpu_share=cpu_share)) as loader:
+                     options=Options(**options)) as loader:
         batches = forever(loader)
         for _ in range(10):
             trainer.step(*next(batches))
@@ -160,6 +159,10 @@ def loader_rate(args, trainer, interval: float | None, cpu_share: float = 0.0
         torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
     return images / seconds, 100 * wait / seconds
+
+
+# Each setting twice, interleaved, so that drift between rows shows as a spread.
+CROP_ROWS = [("roi_align", 0), ("triton", 0), ("triton", -1), ("roi_align", -1)] * 2
 
 
 def main(args) -> list[dict]:
@@ -182,14 +185,20 @@ def main(args) -> list[dict]:
     # The loader rows first: after the raw decode threads below, creating a GPU-decode loader
     # in the same process crashed once (torchvision's nvJPEG state; not seen otherwise).
     for interval in args.intervals if "loader" in parts else ():
-        got, wait = loader_rate(args, trainer, interval if interval != 0.005 else None)
+        got, wait = loader_rate(args, trainer,
+                                switch_interval=interval if interval != 0.005 else None)
         emit({"row": f"{args.model} training from ImageLoader(decode='cuda')",
               "switch_interval": interval, "img_per_s": round(got),
               "pct_of_alone": round(100 * got / alone, 1), "data_wait_pct": round(wait, 1)})
     for share in args.cpu_shares if "shares" in parts else ():
-        got, wait = loader_rate(args, trainer, None, share)
+        got, wait = loader_rate(args, trainer, cpu_share=share)
         emit({"row": f"{args.model} training from ImageLoader(decode='cuda')",
               "cpu_share": share, "img_per_s": round(got),
+              "pct_of_alone": round(100 * got / alone, 1), "data_wait_pct": round(wait, 1)})
+    for crop, priority in CROP_ROWS if "crops" in parts else ():
+        got, wait = loader_rate(args, trainer, gpu_crop=crop, stream_priority=priority)
+        emit({"row": f"{args.model} training from ImageLoader(decode='cuda')",
+              "gpu_crop": crop, "stream_priority": priority, "img_per_s": round(got),
               "pct_of_alone": round(100 * got / alone, 1), "data_wait_pct": round(wait, 1)})
     for threads in (1, 2, 3) if "threads" in parts else ():
         # Does nvJPEG's latency beside training overlap across callers?
@@ -224,7 +233,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=6.0, help="per timed row")
     p.add_argument("--parts", default="loader,threads,process,intervals",
                    help="loader: training fed by ImageLoader, per switch interval; shares: "
-                        "the same per --cpu-shares; threads: decode_jpeg in 1-3 "
+                        "the same per --cpu-shares; crops: the same per Options.gpu_crop and "
+                        "stream_priority; threads: decode_jpeg in 1-3 "
                         "threads beside training; process: in another process; intervals: "
                         "beside a Python loop and training, per switch interval")
     p.add_argument("--cpu-shares", type=float, nargs="+", default=[0.0, 0.2, 0.35, 0.5],

@@ -1,6 +1,11 @@
 """decode="cuda": packing on the CPU side, the GPU stage's geometry, and (on a GPU host) nvJPEG."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,10 +18,19 @@ from imageloader import ImageLoader, Options
 from imageloader.batch import batch_layout, views_of
 from imageloader.decode import Augment, Decoder, JpegPacker, gpu_screen
 from imageloader.errors import Limits
-from imageloader.gpudecode import GpuDecode, Packed
+from imageloader.gpudecode import GpuDecode, Packed, choose_crop
 from imageloader.pool import BufferPool
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+HERE = Path(__file__).resolve().parent
+
+
+def has_triton() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def cmyk_jpeg(level):
@@ -213,3 +227,54 @@ def test_decode_choice_on_a_cpu_device(labeled_archive):
         ImageLoader(labeled_archive, device="cpu", decode="cuda", workers=0)
     with pytest.raises(ValueError, match="decode"):
         ImageLoader(labeled_archive, device="cpu", decode="gpu", workers=0)
+
+
+@pytest.mark.skipif(not has_triton(), reason="needs Triton")
+@pytest.mark.parametrize("channels", [3, 1])
+def test_crop_kernel_matches_roi_align_under_the_triton_interpreter(channels):
+    """The fused crop kernel (gpucrop.py), run by Triton's CPU interpreter: on mixed image
+    sizes, whole / one-pixel / random boxes, flips and shuffled slots it gives roi_align's
+    pixels within one level (its rounding), and writes only the slots it was given."""
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(HERE.parent))
+    done = subprocess.run([sys.executable, str(HERE / "crop_reference.py"), "cpu", "11", "12",
+                           str(channels), "70", "24", "20"],
+                          env=env, capture_output=True, text=True, timeout=240, cwd=HERE)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["max"] <= 1 and result["mean"] <= 0.05 and result["untouched_kept"], result
+
+
+def test_crop_choice():
+    assert choose_crop("auto", torch.device("cpu")) == "roi_align"
+    assert choose_crop("roi_align", torch.device("cpu")) == "roi_align"
+    with pytest.raises(RuntimeError, match="Triton and a CUDA device"):
+        choose_crop("triton", torch.device("cpu"))
+    with pytest.raises(ValueError, match="gpu_crop"):
+        choose_crop("fast", torch.device("cpu"))
+
+
+@cuda
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_crop_kernel_matches_roi_align_on_cuda(seed):
+    sys.path.insert(0, str(HERE))
+    from crop_reference import compare
+    result = compare("cuda", seed, 40, 3, 600, (224, 224))
+    assert result["max"] <= 1 and result["mean"] <= 0.05 and result["untouched_kept"], result
+
+
+@cuda
+def test_triton_and_roi_align_crops_agree_on_a_packed_batch():
+    """The whole GPU stage both ways, nvJPEG included: images of four sizes in one batch."""
+    sizes = [(300, 200), (120, 90), (300, 200), (90, 160), (500, 375), (64, 48)]
+    files = [photo(seed, size) for seed, size in enumerate(sizes)]
+    buf, cpu = packed_batch(files, Augment.make(64, True))
+    device = torch.device("cuda")
+    from imageloader.gpudecode import find_jpeg_decoder
+    results = {}
+    for crop in ("triton", "roi_align"):
+        stage = GpuDecode(cpu, None, device, find_jpeg_decoder(), crop=crop)
+        images, labels = stage(Packed(buf))
+        results[crop] = images.cpu().int()
+        assert labels.tolist() == list(range(len(files)))
+    difference = (results["triton"] - results["roi_align"]).abs()
+    assert difference.max() <= 1 and difference.float().mean() <= 0.05

@@ -317,3 +317,16 @@ def test_gpu_decode_lowers_the_switch_interval_while_iterating(tmp_path):
             seen.append(sys.getswitchinterval())
     assert seen and all(v == pytest.approx(2e-4) for v in seen)
     assert sys.getswitchinterval() == before
+
+
+@cuda
+@pytest.mark.parametrize("decode", ["cpu", "cuda"])
+def test_stream_priority_option_sets_the_side_streams_priority(tmp_path, decode):
+    path = write_archive(tmp_path / "a.tgz", labeled_files(2, 8))
+    least, greatest = torch.cuda.Stream.priority_range()
+    with ImageLoader(path, batch_size=4, size=16, device="cuda", decode=decode, workers=1,
+                     normalize=False, options=Options(stream_priority=-1)) as loader:
+        images = torch.cat([x.cpu() for x, _ in loader])
+        assert loader.prefetcher.side_stream.priority == max(-1, greatest)
+    assert images.shape == (16, 3, 16, 16)
+    assert Prefetcher([], "cuda").side_stream.priority == least
