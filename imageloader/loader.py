@@ -67,6 +67,8 @@ class Options:
     gpu_crop: str = "auto"              # decode="cuda", training crops: "triton" (one
                                         # kernel per batch, gpucrop.py), "roi_align"
                                         # (torchvision ops), "auto": triton where it runs
+    worker_nice: int = 0                # added to the reader and decode processes' niceness:
+                                        # the training process's threads then come first
     stream_priority: int = 0            # CUDA priority of the loader's side stream
                                         # (-1: ahead of the training's kernels; prefetch.py)
     arena_per_image: int = 192 << 10    # decode="cuda": packed JPEG bytes per batch slot
@@ -496,7 +498,7 @@ class ImageLoader:
                           readers=readers, order_of=self._archive_order,
                           on_error=self.options.on_error, timeout=self.options.timeout,
                           stream_sources=streams, lookahead=self.options.lookahead,
-                          ring_bytes=ring)
+                          ring_bytes=ring, nice=self.options.worker_nice)
 
     def _default_readers(self) -> int:
         if len(self._parts()) > len(self.sources):  # split into regions

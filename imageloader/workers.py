@@ -150,6 +150,7 @@ class _Channels:
     tails: Any = None     # per worker: how far it has read its byte ring
     rings: list = field(default_factory=list)  # per worker: shared-memory name of its ring
     ring_size: int = 0
+    nice: int = 0         # added to the children's niceness (Options.worker_nice)
 
 
 class RingRef(NamedTuple):
@@ -229,10 +230,15 @@ class RingReader:
                 self.ring.close()
 
 
-def _ignore_interrupts() -> None:
+def _child_setup(channels: _Channels) -> None:
     # Ctrl-C goes to the whole process group; only the training process should react, and it
     # shuts us down in order. A child dying of SIGINT mid-write would look like a crash.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if channels.nice > 0:
+        # When the children want more cores than there are, the training process's threads
+        # (the training loop, and with decode="cuda" the thread that feeds nvJPEG) should not
+        # queue behind them: they are the critical path, the children have buffers in hand.
+        os.nice(channels.nice)
 
 
 def _parent_alive(parent_pid: int) -> bool:
@@ -243,7 +249,7 @@ def reader_main(reader_id: int, plan: ReadPlan, channels: _Channels, worker_ids:
                 parent_pid: int, in_thread: bool = False) -> None:
     """Read epochs on request and deal batch-size groups of tasks to this reader's workers."""
     if not in_thread:
-        _ignore_interrupts()
+        _child_setup(channels)
     control = channels.control[reader_id]
     rings = RingWriter(channels.rings, channels.ring_size, channels.tails) \
         if channels.rings else None
@@ -322,7 +328,7 @@ def _put(q, item, abandoned) -> bool:
 def worker_main(worker_id: int, decoder, on_error: str, layout, shm_names: list[str],
                 channels: _Channels, parent_pid: int) -> None:
     """Fill batch buffers on order, from this worker's stream of tasks."""
-    _ignore_interrupts()
+    _child_setup(channels)
     buffers = _attach(shm_names, layout)
     ring = RingReader(channels.rings[worker_id] if channels.rings else None,
                       channels.ring_size, channels.tails, worker_id)
@@ -510,11 +516,12 @@ class WorkerPool:
 
     def __init__(self, plan: ReadPlan, decoder, pool, *, workers: int, readers: int,
                  order_of, on_error: str = "skip", timeout: float = 300.0,
-                 stream_sources: bool = False, lookahead: bool = True, ring_bytes: int = 0):
+                 stream_sources: bool = False, lookahead: bool = True, ring_bytes: int = 0,
+                 nice: int = 0):
         self.plan, self.decoder, self.pool, self.order_of = plan, decoder, pool, order_of
         self.workers, self.readers = workers, max(1, min(readers, workers))
         self.on_error, self.timeout, self.lookahead = on_error, timeout, lookahead
-        self.stream_sources, self.ring_bytes = stream_sources, ring_bytes
+        self.stream_sources, self.ring_bytes, self.nice = stream_sources, ring_bytes, nice
         self._rings: list[shared_memory.SharedMemory] = []
         self._ctx = mp.get_context("spawn")
         self._gen = 0
@@ -540,6 +547,7 @@ class WorkerPool:
             generation=ctx.Value("q", 1, lock=False),
             members=[ctx.Array("c", _MEMBER_FIELD, lock=False) for _ in range(n)],
             tails=ctx.Array("q", n, lock=False),
+            nice=self.nice,
         )
         if self.ring_bytes:  # owned (and unlinked) here, like the batch buffers
             self._rings = [shared_memory.SharedMemory(create=True, size=self.ring_bytes)

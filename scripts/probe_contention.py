@@ -14,6 +14,7 @@ always wants the GIL. One JSON line per row.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import multiprocessing as mp
 import sys
@@ -200,6 +201,11 @@ def main(args) -> list[dict]:
         emit({"row": f"{args.model} training from ImageLoader(decode='cuda')",
               "gpu_crop": crop, "stream_priority": priority, "img_per_s": round(got),
               "pct_of_alone": round(100 * got / alone, 1), "data_wait_pct": round(wait, 1)})
+    for options in [json.loads(o) for o in args.options] * 2 if "options" in parts else ():
+        got, wait = loader_rate(args, trainer, **options)
+        emit({"row": f"{args.model} training from ImageLoader(decode='cuda')",
+              "options": options, "img_per_s": round(got),
+              "pct_of_alone": round(100 * got / alone, 1), "data_wait_pct": round(wait, 1)})
     for threads in (1, 2, 3) if "threads" in parts else ():
         # Does nvJPEG's latency beside training overlap across callers?
         _, decoded = beside_thread(datas, 0, lambda: time.sleep(args.seconds / 2), threads)
@@ -234,15 +240,19 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--parts", default="loader,threads,process,intervals",
                    help="loader: training fed by ImageLoader, per switch interval; shares: "
                         "the same per --cpu-shares; crops: the same per Options.gpu_crop and "
-                        "stream_priority; threads: decode_jpeg in 1-3 "
+                        "stream_priority; options: the same per --options; threads: decode_jpeg in 1-3 "
                         "threads beside training; process: in another process; intervals: "
                         "beside a Python loop and training, per switch interval")
     p.add_argument("--cpu-shares", type=float, nargs="+", default=[0.0, 0.2, 0.35, 0.5],
                    help="Options.cpu_share values for the 'shares' part")
+    p.add_argument("--options", nargs="+", default=['{}', '{"worker_nice": 10}'],
+                   help="JSON objects of Options fields for the 'options' part; the list "
+                        "runs twice, so that drift between rows shows as a spread")
     p.add_argument("--intervals", type=float, nargs="+", default=[0.005, 0.001, 0.0005, 0.0002],
                    help="sys.setswitchinterval values to compare (0.005 is Python's default)")
     return p
 
 
 if __name__ == "__main__":
+    faulthandler.enable()  # it crashed (SIGSEGV) twice creating a GPU-decode loader: say where
     main(get_args_parser().parse_args())

@@ -66,7 +66,19 @@ def compare(device: str, seed: int, count: int, channels: int, max_side: int,
             "untouched_kept": all(bool((out[s] == POISON).all()) for s in untouched)}
 
 
+def main(argv) -> dict:
+    device, seed, count, channels, max_side, out_h, out_w = argv
+    try:
+        return compare(device, int(seed), int(count), int(channels), int(max_side),
+                       (int(out_h), int(out_w)))
+    except Exception as error:
+        # Triton 3.6's interpreter turns a loop bound loaded from memory into an int through
+        # a one-element array, which numpy >= 2.5 refuses (seen on the GPU host). The kernel
+        # itself is then checked by the CUDA tests only.
+        if "only 0-dimensional arrays can be converted" in repr(error):
+            return {"skip": f"Triton's interpreter cannot run this kernel here: {error!r}"}
+        raise
+
+
 if __name__ == "__main__":
-    device, seed, count, channels, max_side, out_h, out_w = sys.argv[1:]
-    print(json.dumps(compare(device, int(seed), int(count), int(channels), int(max_side),
-                             (int(out_h), int(out_w)))))
+    print(json.dumps(main(sys.argv[1:])))

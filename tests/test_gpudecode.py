@@ -241,6 +241,8 @@ def test_crop_kernel_matches_roi_align_under_the_triton_interpreter(channels):
                           env=env, capture_output=True, text=True, timeout=240, cwd=HERE)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
+    if "skip" in result:
+        pytest.skip(result["skip"])
     assert result["max"] <= 1 and result["mean"] <= 0.05 and result["untouched_kept"], result
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import os
 import warnings
 
 import pytest
@@ -313,3 +314,13 @@ def test_readers_split_one_archive_by_image(tmp_path, readers):
             runs.append(epochs)
     for epoch in range(2):
         assert torch.equal(runs[0][epoch], runs[1][epoch])
+
+
+def test_worker_nice_lowers_the_priority_of_every_child(labeled_archive):
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    with ImageLoader(labeled_archive, batch_size=4, size=16, workers=2, device="cpu",
+                     options=Options(worker_nice=7, readers=2)) as loader:
+        assert sum(len(labels) for _, labels in loader) > 0
+        pids = [proc.pid for proc in loader._workers._procs]
+        assert len(pids) == 4  # two readers, two decoders
+        assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in pids} == {min(19, own + 7)}
