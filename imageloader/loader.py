@@ -207,6 +207,8 @@ class ImageLoader:
         self._pool: BufferPool | None = None
         self._workers: WorkerPool | None = None
         self._finalizer = None
+        # Epochs being iterated: close() ends them before freeing what their threads use.
+        self._iterations: weakref.WeakSet = weakref.WeakSet()
 
     # ---- sizes -----------------------------------------------------------------------------
 
@@ -315,7 +317,9 @@ class ImageLoader:
         resume, self._resume = self._resume, None
         if resume is not None and resume["epoch"] != epoch:
             resume = None  # set_epoch() moved away from the checkpoint's epoch
-        return self._iterate(epoch, resume)
+        iteration = self._iterate(epoch, resume)
+        self._iterations.add(iteration)
+        return iteration
 
     def _iterate(self, epoch: int, resume: dict | None = None):
         self._ensure_started()
@@ -541,7 +545,14 @@ class ImageLoader:
                           f"{dict(sorted(self.stats.skipped.items()))}", stacklevel=3)
 
     def close(self) -> None:
-        """Stop worker processes and free shared and page-locked memory."""
+        """End any epoch still being iterated, stop worker processes, and free shared and
+        page-locked memory."""
+        for iteration in list(self._iterations):
+            # A suspended iteration (`it = iter(loader)`, a wrapping generator) still has
+            # prefetch threads reading the batch buffers: stop them first, or they would read
+            # memory unmapped below (seen: a segfault when such a generator was dropped after
+            # the `with` block had closed the loader).
+            iteration.close()
         if self._finalizer is not None:
             self._finalizer()
         self._pool, self._workers = None, None

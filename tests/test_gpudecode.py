@@ -280,3 +280,17 @@ def test_triton_and_roi_align_crops_agree_on_a_packed_batch():
         assert labels.tolist() == list(range(len(files)))
     difference = (results["triton"] - results["roi_align"]).abs()
     assert difference.max() <= 1 and difference.float().mean() <= 0.05
+
+
+@cuda
+def test_close_stops_the_decode_threads_of_a_suspended_iteration(tmp_path):
+    """The probe's segfault: a generator over the loader outlived the `with` block; its
+    prefetch threads went on merging batches in buffers that close() had unmapped."""
+    import threading
+    path = write_archive(tmp_path / "a.tgz", labeled_files(4, 10))
+    with cuda_loader(path, "cuda") as loader:
+        iteration = iter(loader)
+        next(iteration)
+    names = {thread.name for thread in threading.enumerate()}
+    assert not names & {"imageloader-collect", "imageloader-prefetch"}, names
+    assert next(iteration, None) is None

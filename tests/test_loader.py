@@ -324,3 +324,16 @@ def test_worker_nice_lowers_the_priority_of_every_child(labeled_archive):
         pids = [proc.pid for proc in loader._workers._procs]
         assert len(pids) == 4  # two readers, two decoders
         assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in pids} == {min(19, own + 7)}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_close_ends_an_epoch_still_being_iterated(labeled_archive, workers):
+    """close() while an iteration is suspended: the iteration ends (its threads and buffers
+    first), it does not touch the freed memory when resumed or dropped later."""
+    loader = ImageLoader(labeled_archive, batch_size=2, size=16, workers=workers, device="cpu")
+    iteration = iter(loader)
+    images, labels = next(iteration)
+    assert len(labels) == 2
+    loader.close()
+    assert next(iteration, None) is None
+    del iteration
