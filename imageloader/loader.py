@@ -26,6 +26,7 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 
+from . import MAX_CONNECTIONS
 from .batch import FALLBACK, Counted, fill_batch
 from .decode import ALLOWED_FORMATS, Augment, Decoder, JpegPacker
 from .gpudecode import GpuDecode, Packed, find_jpeg_decoder
@@ -197,6 +198,11 @@ class ImageLoader:
             self._fill = self.decoder
             self.decode_name = "cpu (Pillow)"
         log.info("imageloader: decoding on %s", self.decode_name)
+        if self.decode == "cuda" and MAX_CONNECTIONS not in os.environ:
+            log.warning("imageloader: CUDA started before imageloader was imported, with its "
+                        "default 8 hardware queues: GPU decoding then waits behind training "
+                        "kernels (ResNet-18: ~78%% instead of ~92%% of its rate). Import "
+                        "imageloader first, or set %s=32 before CUDA starts.", MAX_CONNECTIONS)
         self.stats = LoaderStats(decode=self.decode_name, workers=self.workers)
         self._next_epoch = 0
         self._resume: dict | None = None

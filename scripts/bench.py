@@ -395,7 +395,10 @@ def environment() -> dict:
     return {"device": props.name, "gpu_memory_gib": round(props.total_memory / 2**30, 1),
             "cores": len(os.sched_getaffinity(0)), "host_cores": os.cpu_count(),
             "torch": torch.__version__,
-            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M")}
+            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M"),
+            # imageloader sets it to 32 at import when unset (its __init__ says why)
+            "cuda_device_max_connections":
+                os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "8 (default)")}
 
 
 def save(results: dict, path: str) -> None:
@@ -508,7 +511,8 @@ def timm_batches(shards, classes, args):
 
 def print_table(results: dict) -> None:
     env = results["environment"]
-    print(f"\n{env['device']}, {env['cores']} cores, torch {env['torch']}, {env['date']}")
+    print(f"\n{env['device']}, {env['cores']} cores, torch {env['torch']}, {env['date']}, "
+          f"CUDA_DEVICE_MAX_CONNECTIONS={env.get('cuda_device_max_connections')}")
     for row in results["loader"]:
         print(f"  {row['recipe']:40s} {row.get('img_per_s', 0):9.0f} img/s")
     for model, rows in results["models"].items():

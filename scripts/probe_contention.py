@@ -17,6 +17,7 @@ import argparse
 import faulthandler
 import json
 import multiprocessing as mp
+import os
 import sys
 import threading
 import time
@@ -175,7 +176,8 @@ def main(args) -> list[dict]:
     rows = []
 
     def emit(row):
-        row.update(device=torch.cuda.get_device_name(), torch=torch.__version__)
+        row.update(device=torch.cuda.get_device_name(), torch=torch.__version__,
+                   max_connections=os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "8 (default)"))
         print(json.dumps(row), flush=True)
         rows.append(row)
 
