@@ -294,3 +294,13 @@ def test_close_stops_the_decode_threads_of_a_suspended_iteration(tmp_path):
     names = {thread.name for thread in threading.enumerate()}
     assert not names & {"imageloader-collect", "imageloader-prefetch"}, names
     assert next(iteration, None) is None
+
+
+@cuda
+def test_gpu_decode_children_are_niced_by_default(tmp_path):
+    path = write_archive(tmp_path / "a.tgz", labeled_files(2, 8))
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    with cuda_loader(path, "cuda") as loader:
+        next(iter(loader))
+        pids = [proc.pid for proc in loader._workers._procs]
+        assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in pids} == {min(19, own + 10)}
