@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Hardware queues, crops, niceness and CPU share with GPU decoding, in one call (~6 minutes):
-#   bash scripts/gpu_probe_queues.sh OUT_DIR
+# Training fed by GPU decoding under several settings, in one call (~4 minutes each part):
+#   bash scripts/gpu_probe_queues.sh OUT_DIR [queues|shares]
+# queues (default): 8 vs 32 hardware queues, niceness, Triton vs roi_align crops;
+# shares: fixed CPU shares at 32 queues (the manual form of an adaptive share), both models.
 # Rows of scripts/probe_contention.py --parts options (each setting twice, interleaved).
 # probe_contention.py imports imageloader only after CUDA has started, so the variable is set
 # here explicitly: 8 (CUDA's default) vs 32 (what `import imageloader` asks for).
 set -uo pipefail
-out=${1:-bench-out}
+out=${1:-bench-out}; part=${2:-queues}
 data=${BENCH_DATA:-bench-data}/imagenet-like.tgz
 mkdir -p "$out"
 {
@@ -17,13 +19,23 @@ export PYTHONPATH="$PWD/.cache/site:$PWD" PYTHONUNBUFFERED=1
   --out "$(mktemp -d)/reader.json" | tail -3
 probe() { python3 scripts/probe_contention.py --archive "$data" --parts options --seconds 6 "$@" \
   | grep "^{"; }
-echo "== resnet18, 8 queues"
-CUDA_DEVICE_MAX_CONNECTIONS=8 probe --model resnet18 --options '{}' | tee "$out/resnet18-q8.jsonl"
-echo "== resnet18, 32 queues"
-CUDA_DEVICE_MAX_CONNECTIONS=32 probe --model resnet18 \
-  --options '{}' '{"worker_nice": 10}' '{"gpu_crop": "roi_align"}' | tee "$out/resnet18-q32.jsonl"
-echo "== resnet50, 32 queues"
-CUDA_DEVICE_MAX_CONNECTIONS=32 probe --model resnet50 \
-  --options '{"decode": "cpu"}' '{}' '{"cpu_share": 0.3}' '{"worker_nice": 10}' \
-  | tee "$out/resnet50-q32.jsonl"
+if [ "$part" = queues ]; then
+  echo "== resnet18, 8 queues"
+  CUDA_DEVICE_MAX_CONNECTIONS=8 probe --model resnet18 --options '{}' | tee "$out/resnet18-q8.jsonl"
+  echo "== resnet18, 32 queues"
+  CUDA_DEVICE_MAX_CONNECTIONS=32 probe --model resnet18 \
+    --options '{}' '{"worker_nice": 10}' '{"gpu_crop": "roi_align"}' | tee "$out/resnet18-q32.jsonl"
+  echo "== resnet50, 32 queues"
+  CUDA_DEVICE_MAX_CONNECTIONS=32 probe --model resnet50 \
+    --options '{"decode": "cpu"}' '{}' '{"cpu_share": 0.3}' '{"worker_nice": 10}' \
+    | tee "$out/resnet50-q32.jsonl"
+else
+  echo "== resnet18, 32 queues, CPU shares"
+  CUDA_DEVICE_MAX_CONNECTIONS=32 probe --model resnet18 \
+    --options '{}' '{"cpu_share": 0.15}' '{"cpu_share": 0.3}' | tee "$out/resnet18-shares.jsonl"
+  echo "== resnet50, 32 queues, CPU shares"
+  CUDA_DEVICE_MAX_CONNECTIONS=32 probe --model resnet50 \
+    --options '{"decode": "cpu"}' '{}' '{"cpu_share": 0.5}' '{"cpu_share": 0.7, "workers": 15}' \
+    | tee "$out/resnet50-shares.jsonl"
+fi
 } 2>&1 | tee "$out/run.log"

@@ -138,12 +138,14 @@ def with_interval(seconds: float | None, work):
         sys.setswitchinterval(previous)
 
 
-def loader_rate(args, trainer, decode: str = "cuda", **options) -> tuple[float, float]:
-    """Training img/s and data-wait % fed by ImageLoader(decode=decode, options=Options(...))."""
+def loader_rate(args, trainer, decode: str = "cuda", workers: int | None = None, **options
+                ) -> tuple[float, float]:
+    """Training img/s and data-wait % fed by ImageLoader(decode=..., workers=...,
+    options=Options(...))."""
     from bench import forever
     from imageloader import ImageLoader, Options
     with ImageLoader(args.archive, batch_size=args.batch_size, train=True, size=224,
-                     device="cuda", decode=decode, drop_last=True,
+                     device="cuda", decode=decode, workers=workers, drop_last=True,
                      options=Options(**options)) as loader:
         batches = forever(loader)
         for _ in range(10):
@@ -248,7 +250,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu-shares", type=float, nargs="+", default=[0.0, 0.2, 0.35, 0.5],
                    help="Options.cpu_share values for the 'shares' part")
     p.add_argument("--options", nargs="+", default=['{}', '{"worker_nice": 10}'],
-                   help="JSON objects of Options fields (and 'decode') for the 'options' part; the list "
+                   help="JSON objects of Options fields (and 'decode', 'workers') for the 'options' part; the list "
                         "runs twice, so that drift between rows shows as a spread")
     p.add_argument("--intervals", type=float, nargs="+", default=[0.005, 0.001, 0.0005, 0.0002],
                    help="sys.setswitchinterval values to compare (0.005 is Python's default)")
