@@ -82,6 +82,7 @@ class GpuDecode:
         self.augment = cpu.augment  # the same geometry as the CPU path
         self.name, self._decode = decoder
         self.crop = choose_crop(crop, device)
+        self._crop_chosen_by_us = crop == "auto"
         # Reported like the workers' counts: skip reasons as they are, the rest under FALLBACK.
         self.counts: Counter = Counter()
 
@@ -154,9 +155,19 @@ class GpuDecode:
             return
         if self.crop == "triton":  # one kernel for the whole batch, from the uint8 images
             slots = [slot for slot, _ in pairs]
-            gpucrop.crop_resize_flip([image.contiguous() for _, image in pairs], boxes[slots],
-                                     slots, out)
-            return
+            try:
+                gpucrop.crop_resize_flip([image.contiguous() for _, image in pairs],
+                                         boxes[slots], slots, out)
+                return
+            except Exception as error:
+                # Triton compiles on first use and needs a C compiler for its launcher: where
+                # that fails, "auto" falls back to roi_align (the batch is redone, nothing was
+                # written); an explicit gpu_crop="triton" raises.
+                if not self._crop_chosen_by_us:
+                    raise
+                log.warning("imageloader: the Triton crop kernel failed (%s); cropping with "
+                            "roi_align from now on", error)
+                self.crop = "roi_align"
         by_size = defaultdict(list)
         for slot, image in pairs:
             by_size[tuple(image.shape)].append((slot, image))

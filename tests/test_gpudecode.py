@@ -304,3 +304,28 @@ def test_gpu_decode_children_are_niced_by_default(tmp_path):
         next(iter(loader))
         pids = [proc.pid for proc in loader._workers._procs]
         assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in pids} == {min(19, own + 10)}
+
+
+def test_auto_crop_falls_back_to_roi_align_when_the_kernel_fails(monkeypatch, caplog):
+    """A host where Triton imports but cannot compile (no C compiler): "auto" crops with
+    roi_align instead, the same pixels as asking for roi_align; an explicit "triton" raises."""
+    from imageloader import gpucrop
+    files = [photo(seed, size) for seed, size in enumerate([(120, 90), (90, 160), (64, 48)])]
+    buf, cpu = packed_batch(files, Augment.make(32, True))
+    expected, _ = GpuDecode(cpu, None, torch.device("cpu"), cpu_jpeg_decoder(),
+                            crop="roi_align")(Packed(buf))
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("Failed to compile the launcher: no C compiler")
+    monkeypatch.setattr(gpucrop, "crop_resize_flip", broken)
+    for requested in ("auto", "triton"):
+        stage = GpuDecode(cpu, None, torch.device("cpu"), cpu_jpeg_decoder(), crop="roi_align")
+        stage.crop, stage._crop_chosen_by_us = "triton", requested == "auto"  # as on a GPU host
+        if requested == "triton":
+            with pytest.raises(RuntimeError, match="no C compiler"):
+                stage(Packed(buf))
+            continue
+        with caplog.at_level("WARNING", logger="imageloader.gpudecode"):
+            images, labels = stage(Packed(buf))
+        assert stage.crop == "roi_align" and "roi_align from now on" in caplog.text
+        assert torch.equal(images, expected) and labels.tolist() == [0, 1, 2]
