@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .prefetch import small_to_device
+
 try:
     import triton
     import triton.language as tl
@@ -44,8 +46,8 @@ def crop_resize_flip(images: list[torch.Tensor], boxes: np.ndarray, slots: list[
         return
     out_h, out_w, channels = out.shape[1:]
     table = _image_table(images, boxes, slots, out_h, out_w)
-    ints = _to_device(table[0], out.device)
-    box = _to_device(table[1], out.device)
+    # Triton's interpreter (TRITON_INTERPRET=1, the CPU tests) takes the CPU tables as they are.
+    ints, box = (small_to_device(part, out.device) for part in table)
     grid = (count, triton.cdiv(out_h * out_w, BLOCK))
     _crop_kernel[grid](ints, box, out, out_h, out_w, channels, BLOCK=BLOCK,
                        CHANNELS_POW2=triton.next_power_of_2(channels))
@@ -67,15 +69,6 @@ def _image_table(images, boxes, slots, out_h, out_w) -> tuple[np.ndarray, np.nda
     ints[:, 6] = rows[:, 4] > 0.5
     floats = np.stack([rows[:, 0], rows[:, 1], bin_h, bin_w], axis=1).astype(np.float32)
     return ints, floats
-
-
-def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
-    tensor = torch.from_numpy(array)
-    if device.type != "cuda":
-        return tensor  # Triton's interpreter (TRITON_INTERPRET=1), which tests use on the CPU
-    # From page-locked memory, so the copy is queued on the stream instead of blocking the
-    # host until the stream is idle (a pageable copy would).
-    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 if triton is not None:

@@ -26,6 +26,7 @@ from . import gpucrop
 from .batch import FALLBACK
 from .decode import Decoder, center_crop_geometry
 from .errors import SampleError
+from .prefetch import small_to_device
 
 log = logging.getLogger(__name__)
 JpegDecode = Callable[[list, torch.device, str], list]
@@ -195,13 +196,7 @@ class GpuDecode:
         out[self._small(slots, torch.long)] = pixels
 
     def _small(self, values, dtype) -> torch.Tensor:
-        """A small host list or array on the device without a hidden sync: torch.tensor(...,
-        device="cuda") copies from pageable memory, which waits for the stream; pinned does
-        not."""
-        tensor = torch.as_tensor(np.asarray(values)).to(dtype)
-        if self.device.type != "cuda":
-            return tensor
-        return tensor.pin_memory().to(self.device, non_blocking=True)
+        return small_to_device(np.asarray(values), self.device, dtype)
 
     def _center_crop(self, image: torch.Tensor) -> torch.Tensor:
         """torchvision's Resize + CenterCrop on one image, as the CPU eval path does."""

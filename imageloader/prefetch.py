@@ -42,6 +42,19 @@ Release = Callable[[Any], None]  # called with the event after which host memory
 _END = object()
 
 
+def small_to_device(values, device: torch.device, dtype: torch.dtype | None = None
+                    ) -> torch.Tensor:
+    """A small host list or array (indices, crop tables) on `device` without a hidden sync:
+    torch.tensor(..., device="cuda") copies from pageable memory, which waits for the stream;
+    from page-locked memory the copy is just queued on it. On the CPU: the tensor itself."""
+    tensor = torch.as_tensor(values)
+    if dtype is not None:
+        tensor = tensor.to(dtype)
+    if device.type != "cuda":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 def resolve_device(device: str | torch.device | None) -> torch.device:
     """None -> the current CUDA device if there is one, else the CPU."""
     if device is None:

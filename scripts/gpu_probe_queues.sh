@@ -19,23 +19,19 @@ export PYTHONPATH="$PWD/.cache/site:$PWD" PYTHONUNBUFFERED=1
   --out "$(mktemp -d)/reader.json" | tail -3
 probe() { python3 scripts/probe_contention.py --archive "$data" --parts options --seconds 6 "$@" \
   | grep "^{"; }
+# rows QUEUES NAME PROBE_FLAGS...: one probe run, its rows kept as NAME.jsonl
+rows() { local queues=$1 name=$2; shift 2
+  echo "== $name"; CUDA_DEVICE_MAX_CONNECTIONS=$queues probe "$@" | tee "$out/$name.jsonl"; }
 if [ "$part" = queues ]; then
-  echo "== resnet18, 8 queues"
-  CUDA_DEVICE_MAX_CONNECTIONS=8 probe --model resnet18 --options '{}' | tee "$out/resnet18-q8.jsonl"
-  echo "== resnet18, 32 queues"
-  CUDA_DEVICE_MAX_CONNECTIONS=32 probe --model resnet18 \
-    --options '{}' '{"worker_nice": 10}' '{"gpu_crop": "roi_align"}' | tee "$out/resnet18-q32.jsonl"
-  echo "== resnet50, 32 queues"
-  CUDA_DEVICE_MAX_CONNECTIONS=32 probe --model resnet50 \
-    --options '{"decode": "cpu"}' '{}' '{"cpu_share": 0.3}' '{"worker_nice": 10}' \
-    | tee "$out/resnet50-q32.jsonl"
+  rows 8 resnet18-q8 --model resnet18 --options '{}'
+  rows 32 resnet18-q32 --model resnet18 \
+    --options '{}' '{"worker_nice": 10}' '{"gpu_crop": "roi_align"}'
+  rows 32 resnet50-q32 --model resnet50 \
+    --options '{"decode": "cpu"}' '{}' '{"cpu_share": 0.3}' '{"worker_nice": 10}'
 else
-  echo "== resnet18, 32 queues, CPU shares"
-  CUDA_DEVICE_MAX_CONNECTIONS=32 probe --model resnet18 \
-    --options '{}' '{"cpu_share": 0.15}' '{"cpu_share": 0.3}' | tee "$out/resnet18-shares.jsonl"
-  echo "== resnet50, 32 queues, CPU shares"
-  CUDA_DEVICE_MAX_CONNECTIONS=32 probe --model resnet50 \
-    --options '{"decode": "cpu"}' '{}' '{"cpu_share": 0.5}' '{"cpu_share": 0.7, "workers": 15}' \
-    | tee "$out/resnet50-shares.jsonl"
+  rows 32 resnet18-shares --model resnet18 \
+    --options '{}' '{"cpu_share": 0.15}' '{"cpu_share": 0.3}'
+  rows 32 resnet50-shares --model resnet50 \
+    --options '{"decode": "cpu"}' '{}' '{"cpu_share": 0.5}' '{"cpu_share": 0.7, "workers": 15}'
 fi
 } 2>&1 | tee "$out/run.log"

@@ -165,10 +165,6 @@ def loader_rate(args, trainer, decode: str = "cuda", workers: int | None = None,
     return images / seconds, 100 * wait / seconds
 
 
-# Each setting twice, interleaved, so that drift between rows shows as a spread.
-CROP_ROWS = [("roi_align", 0), ("triton", 0), ("triton", -1), ("roi_align", -1)] * 2
-
-
 def main(args) -> list[dict]:
     from bench import Trainer, ceiling_batches
     datas = load_jpegs(args.archive)
@@ -187,29 +183,24 @@ def main(args) -> list[dict]:
         return train_rate(trainer, batches, args.seconds)
     alone = train()
     emit({"row": f"{args.model} training alone", "img_per_s": round(alone)})
-    # The loader rows first: after the raw decode threads below, creating a GPU-decode loader
-    # in the same process crashed once (torchvision's nvJPEG state; not seen otherwise).
-    for interval in args.intervals if "loader" in parts else ():
-        got, wait = loader_rate(args, trainer,
-                                switch_interval=interval if interval != 0.005 else None)
-        emit({"row": f"{args.model} training from ImageLoader(decode='cuda')",
-              "switch_interval": interval, "img_per_s": round(got),
-              "pct_of_alone": round(100 * got / alone, 1), "data_wait_pct": round(wait, 1)})
-    for share in args.cpu_shares if "shares" in parts else ():
-        got, wait = loader_rate(args, trainer, cpu_share=share)
-        emit({"row": f"{args.model} training from ImageLoader(decode='cuda')",
-              "cpu_share": share, "img_per_s": round(got),
-              "pct_of_alone": round(100 * got / alone, 1), "data_wait_pct": round(wait, 1)})
-    for crop, priority in CROP_ROWS if "crops" in parts else ():
-        got, wait = loader_rate(args, trainer, gpu_crop=crop, stream_priority=priority)
-        emit({"row": f"{args.model} training from ImageLoader(decode='cuda')",
-              "gpu_crop": crop, "stream_priority": priority, "img_per_s": round(got),
-              "pct_of_alone": round(100 * got / alone, 1), "data_wait_pct": round(wait, 1)})
-    for options in [json.loads(o) for o in args.options] * 2 if "options" in parts else ():
+    def fed(shown: dict, **options):
+        """Training fed by ImageLoader(**options), emitted with `shown` as the row's settings."""
         got, wait = loader_rate(args, trainer, **options)
-        emit({"row": f"{args.model} training from ImageLoader(decode="
-                     f"'{options.get('decode', 'cuda')}')", "options": options, "img_per_s": round(got),
-              "pct_of_alone": round(100 * got / alone, 1), "data_wait_pct": round(wait, 1)})
+        emit({"row": f"{args.model} training from ImageLoader("
+                     f"decode='{options.get('decode', 'cuda')}')", **shown,
+              "img_per_s": round(got), "pct_of_alone": round(100 * got / alone, 1),
+              "data_wait_pct": round(wait, 1)})
+
+    # The loader rows first: a GPU-decode loader created after the raw decode threads below
+    # crashed once; the cause found later (close() freed buffers under a suspended
+    # iteration's threads, fixed in c647f0b) may explain it, the order is kept anyway.
+    for interval in args.intervals if "loader" in parts else ():
+        fed({"switch_interval": interval},
+            switch_interval=interval if interval != 0.005 else None)
+    for share in args.cpu_shares if "shares" in parts else ():
+        fed({"cpu_share": share}, cpu_share=share)
+    for options in [json.loads(o) for o in args.options] * 2 if "options" in parts else ():
+        fed({"options": options}, **options)
     for threads in (1, 2, 3) if "threads" in parts else ():
         # Does nvJPEG's latency beside training overlap across callers?
         _, decoded = beside_thread(datas, 0, lambda: time.sleep(args.seconds / 2), threads)
@@ -243,20 +234,21 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=6.0, help="per timed row")
     p.add_argument("--parts", default="loader,threads,process,intervals",
                    help="loader: training fed by ImageLoader, per switch interval; shares: "
-                        "the same per --cpu-shares; crops: the same per Options.gpu_crop and "
-                        "stream_priority; options: the same per --options; threads: decode_jpeg in 1-3 "
-                        "threads beside training; process: in another process; intervals: "
-                        "beside a Python loop and training, per switch interval")
+                        "the same per --cpu-shares; options: the same per --options; "
+                        "threads: decode_jpeg in 1-3 threads beside training; process: in "
+                        "another process; intervals: beside a Python loop and training, per "
+                        "switch interval")
     p.add_argument("--cpu-shares", type=float, nargs="+", default=[0.0, 0.2, 0.35, 0.5],
                    help="Options.cpu_share values for the 'shares' part")
     p.add_argument("--options", nargs="+", default=['{}', '{"worker_nice": 10}'],
-                   help="JSON objects of Options fields (and 'decode', 'workers') for the 'options' part; the list "
-                        "runs twice, so that drift between rows shows as a spread")
+                   help="JSON objects of Options fields (and 'decode', 'workers') for the "
+                        "'options' part; the list runs twice, so that drift between rows "
+                        "shows as a spread")
     p.add_argument("--intervals", type=float, nargs="+", default=[0.005, 0.001, 0.0005, 0.0002],
                    help="sys.setswitchinterval values to compare (0.005 is Python's default)")
     return p
 
 
 if __name__ == "__main__":
-    faulthandler.enable()  # it crashed (SIGSEGV) twice creating a GPU-decode loader: say where
+    faulthandler.enable()  # a crash (it segfaulted before c647f0b) then says where
     main(get_args_parser().parse_args())
