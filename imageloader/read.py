@@ -32,6 +32,8 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _DRAIN_CHUNK = 1 << 20
 _READ_CHUNK = 4 << 20     # bytes asked of the inflater at once
 _LOCATE_CHUNK = 16 << 10   # ... and while locating damage
+RAPIDGZIP_CHUNK = 4 << 20  # rapidgzip's unit of parallel work: it notes a seek checkpoint
+                           # per chunk, where the scan's regions (index.py) may start
 BLOCKSIZE = tarfile.BLOCKSIZE
 # Control characters, and the surrogates that stand for bytes that are not UTF-8.
 _BAD_CHARACTERS = re.compile("[\x00-\x1f\x7f\udc80-\udcff]")
@@ -172,7 +174,8 @@ def open_stream(source: Source, inflate: str = "auto", threads: int | None = Non
     name = choose_inflater(inflate, seekable_path=True)
     if name == "rapidgzip":
         import rapidgzip
-        return rapidgzip.open(path, parallelization=threads or min(8, os.cpu_count() or 1))
+        return rapidgzip.RapidgzipFile(path, parallelization=threads or min(8, os.cpu_count() or 1),
+                                       chunk_size=RAPIDGZIP_CHUNK)
     if name == "isal":
         from isal import igzip
         # Not isal's threaded reader: it inflates 1 MiB ahead and raises a corruption on the
@@ -632,7 +635,8 @@ def _describe(error: BaseException, gzip_file: bool = False) -> str:
         return f"gzip checksum mismatch, the archive is corrupt ({text})"
     if isinstance(error, EOFError) or "ended before" in text:
         return f"archive is truncated ({text})"
-    if gzip_file and "std::exception" in text:
+    # rapidgzip says only "std::exception" (0.14) or "End of file reached!" (0.16).
+    if gzip_file and ("std::exception" in text or "end of file" in text.lower()):
         return f"the gzip stream is truncated or corrupt (rapidgzip: {text})"
     return f"{type(error).__name__}: {text}"
 

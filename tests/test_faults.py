@@ -349,11 +349,9 @@ GZIP_DAMAGE = {"cut_small": _cut_small, "cut_mid": _cut_mid, "cut_trailer": _cut
 # Fixed in 4b97dad: rapidgzip-cut_small ("not a tar ... (empty file)"), rapidgzip-cut_trailer
 # (a bare "RuntimeError: std::exception") and isal-cut_mid (igzip_threaded raised on the first
 # read: "member #0" for a cut in the middle).
-INFLATER_BUGS = {
-    ("rapidgzip", "isize_flip"): "rapidgzip does not verify the gzip ISIZE field (length mod "
-                                 "2**32 in the trailer) and read.py does not check it either: "
-                                 "an archive with a corrupt trailer length is read as valid",
-}
+# rapidgzip verifies the trailer's ISIZE (length mod 2**32) since 0.16; earlier versions read an
+# archive with a corrupt trailer length as valid, hence the requirement rapidgzip>=0.16.
+INFLATER_BUGS: dict = {}
 
 
 def _inflater_params():

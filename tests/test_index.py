@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import add_file, solid, write_archive
-from imageloader import ImageLoader, Options, index
+from imageloader import ImageLoader, Options, index, read
 from imageloader.read import available_inflaters, iter_members
 from imageloader.vocab import archive_regions, sidecar_path
 
@@ -22,6 +22,7 @@ GZIP_REGIONS = "rapidgzip" in available_inflaters()
 def small_regions(monkeypatch):
     # Test archives are a few MB: regions of 256 KiB give several of them.
     monkeypatch.setattr(index, "REGION_BYTES", 256 << 10)
+    monkeypatch.setattr(read, "RAPIDGZIP_CHUNK", 256 << 10)  # and checkpoints that often
 
 
 def padded_archive(path, n: int = 60, compress: bool = True, extra=None) -> str:
