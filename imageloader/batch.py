@@ -41,6 +41,8 @@ class BatchViews(NamedTuple):
     lengths: np.ndarray   # (B,) int64
     boxes: np.ndarray     # (B, 5) float32: packed images' train crop (l, t, r, b) and flip
     arena: np.ndarray     # (A,) uint8
+    cpu_share: np.ndarray  # (1,) float64: share of the images a packer decodes on the CPU
+                           # all the same (decode="cuda"), set by the parent (share.py)
 
 
 _ALIGN = 4096
@@ -51,7 +53,7 @@ def batch_layout(batch_size: int, image_shape: tuple[int, int, int], arena_bytes
     """Fields of one buffer, each page-aligned; shared by the pool and the worker processes."""
     specs = [("labels", "int64", (batch_size,)), ("seeds", "uint64", (batch_size,)),
              ("offsets", "int64", (batch_size,)), ("lengths", "int64", (batch_size,)),
-             ("boxes", "float32", (batch_size, 5)),
+             ("boxes", "float32", (batch_size, 5)), ("cpu_share", "float64", (1,)),
              ("images", "uint8", (batch_size, *image_shape)), ("arena", "uint8", (arena_bytes,))]
     fields, offset = {}, 0
     for name, dtype, shape in specs:

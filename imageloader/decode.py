@@ -146,15 +146,11 @@ class JpegPacker:
     and oddly subsampled images, and images that no longer fit the arena, go the CPU way.
     """
 
-    def __init__(self, cpu: Decoder, cpu_share: float = 0.0):
-        if not 0.0 <= cpu_share <= 1.0:
-            raise ValueError(f"cpu_share must be within [0, 1], got {cpu_share}")
+    def __init__(self, cpu: Decoder):
         self.cpu = cpu
-        # A share of the images decoded here on purpose: when the GPU is busy training, the
-        # packers' idle cores take that much decode work off it (Options.cpu_share).
-        self.cpu_share = cpu_share
         self.fallbacks: Counter = Counter()
         self._end = 0
+        self._share = 0.0
 
     @property
     def out_shape(self) -> tuple[int, int, int]:
@@ -162,12 +158,15 @@ class JpegPacker:
 
     def start(self, batch) -> None:
         self._end = 0
+        # A share of the images decoded here on purpose: when the GPU is busy training and
+        # cores are idle, they take that much work off it (share.py; the parent sets it).
+        self._share = float(batch.cpu_share[0])
 
     def fill(self, batch, slot: int, data: bytes, seed: int) -> None:
         reason, size = gpu_screen(data, self.cpu.mode, self.cpu.limits)
         if reason is None and self._end + len(data) > len(batch.arena):
             reason = "arena_full"
-        if reason is None and self.cpu_share > 0 and _unit(seed) < self.cpu_share:
+        if reason is None and self._share > 0 and _unit(seed) < self._share:
             reason = "cpu_share"
         if reason is not None:
             self.cpu.fill(batch, slot, data, seed)  # raises SampleError; sets lengths 0

@@ -34,6 +34,7 @@ from .errors import Limits, check_policy
 from .pool import BufferPool, HostBatch
 from .prefetch import Normalize, Prefetcher, release_batch, resolve_device
 from .read import Region, Source, expand_sources, source_name
+from .share import FixedShare, share_control
 from .vocab import (Vocabulary, archive_classes, archive_regions, as_vocabulary,
                     cached_image_count)
 from .workers import ReadPlan, WorkerPool
@@ -58,9 +59,10 @@ class Options:
                                         # them into regions that readers inflate separately
     timeout: float = 300.0              # seconds without any batch before erroring out
     lookahead: bool = True              # start reading epoch e+1 as soon as e is fully read
-    cpu_share: float = 0.0              # decode="cuda": share of the images the packers
+    cpu_share: float | str = 0.0        # decode="cuda": share of the images the packers
                                         # decode on the CPU instead (they reach the GPU as
-                                        # pixels), for models that keep the GPU busy
+                                        # pixels), for models that keep the GPU busy; "auto":
+                                        # steered while training (share.py)
     switch_interval: float | None = None  # decode="cuda": sys.setswitchinterval while the
                                         # decode threads run, e.g. 2e-4 when the training loop
                                         # is mostly Python (prefetch.py says why); None: the
@@ -100,6 +102,7 @@ class LoaderStats:
     workers: int = 0
     fallbacks: Counter = field(default_factory=Counter)  # decode="cuda": CPU-decoded, by why
     padded: int = 0                     # batches repeated so that ranks take equal steps
+    cpu_share: float = 0.0              # decode="cuda": the share given to the last batch
 
     def as_dict(self) -> dict:
         out = dict(self.__dict__)
@@ -189,7 +192,8 @@ class ImageLoader:
                                          item_transform=self._gpu, threaded=True,
                                          switch_interval=options.switch_interval,
                                          priority=options.stream_priority)
-            self._fill = JpegPacker(self.decoder, options.cpu_share)
+            self._fill = JpegPacker(self.decoder)
+            self.cpu_share = share_control(options.cpu_share)
             crops = f", crops: {self._gpu.crop}" if train else ""
             self.decode_name = f"cuda ({jpeg[0]}{crops})"
         else:
@@ -198,6 +202,8 @@ class ImageLoader:
                                          item_transform=_OnDevice(self.normalize),
                                          priority=options.stream_priority)
             self._fill = self.decoder
+            share_control(options.cpu_share)  # a bad value is an error whatever the decode
+            self.cpu_share = FixedShare(0.0)
             self.decode_name = "cpu (Pillow)"
         log.info("imageloader: decoding on %s", self.decode_name)
         if self.decode == "cuda" and MAX_CONNECTIONS not in os.environ:
@@ -347,7 +353,10 @@ class ImageLoader:
             while steps is None or progress.batches < steps:
                 t0 = time.perf_counter()
                 item = next(batches, None)
-                self.stats.wait_s += time.perf_counter() - t0
+                waited = time.perf_counter() - t0
+                self.stats.wait_s += waited
+                self.cpu_share.observe(waited)
+                self.stats.cpu_share = self.cpu_share.share
                 if item is None:
                     if steps is None or last is None:
                         break
@@ -390,6 +399,7 @@ class ImageLoader:
         try:
             while True:
                 buf = self._pool.lease()
+                self.cpu_share.stamp(buf)
                 skipped: Counter = Counter()
                 counted = Counted(tasks)
                 buf.count = fill_batch(counted, buf.arrays, self._fill,
@@ -518,7 +528,8 @@ class ImageLoader:
                           readers=readers, order_of=self._archive_order,
                           on_error=self.options.on_error, timeout=self.options.timeout,
                           stream_sources=streams, lookahead=self.options.lookahead,
-                          ring_bytes=ring, nice=self._worker_nice())
+                          ring_bytes=ring, nice=self._worker_nice(),
+                          prepare=self.cpu_share.stamp)
 
     def _default_readers(self) -> int:
         if len(self._parts()) > len(self.sources):  # split into regions

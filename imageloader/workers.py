@@ -517,8 +517,9 @@ class WorkerPool:
     def __init__(self, plan: ReadPlan, decoder, pool, *, workers: int, readers: int,
                  order_of, on_error: str = "skip", timeout: float = 300.0,
                  stream_sources: bool = False, lookahead: bool = True, ring_bytes: int = 0,
-                 nice: int = 0):
+                 nice: int = 0, prepare=None):
         self.plan, self.decoder, self.pool, self.order_of = plan, decoder, pool, order_of
+        self.prepare = prepare  # called with each buffer before a worker is told to fill it
         self.workers, self.readers = workers, max(1, min(readers, workers))
         self.on_error, self.timeout, self.lookahead = on_error, timeout, lookahead
         self.stream_sources, self.ring_bytes, self.nice = stream_sources, ring_bytes, nice
@@ -706,6 +707,8 @@ class WorkerPool:
             if buf is None:
                 return False
             buf.meta.update(gen=state.gen, k=state.assigned, sent=True)
+            if self.prepare is not None:
+                self.prepare(buf)
             skip = state.skip_tasks.pop(w, 0)
             self.channels.orders[w].put((state.gen, state.assigned, buf.slot, skip))
             state.outstanding += 1

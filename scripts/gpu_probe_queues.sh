@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Training fed by GPU decoding under several settings, in one call (~4 minutes each part):
-#   bash scripts/gpu_probe_queues.sh OUT_DIR [queues|shares]
+#   bash scripts/gpu_probe_queues.sh OUT_DIR [queues|shares|auto]
 # queues (default): 8 vs 32 hardware queues, niceness, Triton vs roi_align crops;
-# shares: fixed CPU shares at 32 queues (the manual form of an adaptive share), both models.
+# shares: fixed CPU shares at 32 queues (the manual form of an adaptive share), both models;
+# auto: cpu_share="auto" against 0, a fixed 0.5 and CPU decode, in the steady state (a
+# 48,000-image archive, 40 untimed steps: more than any loader's buffers hold).
 # Rows of scripts/probe_contention.py --parts options (each setting twice, interleaved).
 # probe_contention.py imports imageloader only after CUDA has started, so the variable is set
 # here explicitly: 8 (CUDA's default) vs 32 (what `import imageloader` asks for).
@@ -17,6 +19,11 @@ fi
 export PYTHONPATH="$PWD/.cache/site:$PWD" PYTHONUNBUFFERED=1
 [ -f "$data" ] || python3 scripts/bench.py --archive "$data" --recipes reader \
   --out "$(mktemp -d)/reader.json" | tail -3
+if [ "$part" = auto ]; then
+  data=${BENCH_DATA:-bench-data}/imagenet-48k.tgz
+  [ -f "$data" ] || python3 scripts/bench.py --archive "$data" --images 48000 --shards 0 \
+    --recipes reader --out "$(mktemp -d)/reader.json" | tail -3
+fi
 probe() { python3 scripts/probe_contention.py --archive "$data" --parts options --seconds 6 "$@" \
   | grep "^{"; }
 # rows QUEUES NAME PROBE_FLAGS...: one probe run, its rows kept as NAME.jsonl
@@ -28,6 +35,11 @@ if [ "$part" = queues ]; then
     --options '{}' '{"worker_nice": 10}' '{"gpu_crop": "roi_align"}'
   rows 32 resnet50-q32 --model resnet50 \
     --options '{"decode": "cpu"}' '{}' '{"cpu_share": 0.3}' '{"worker_nice": 10}'
+elif [ "$part" = auto ]; then
+  rows 32 resnet50-auto --model resnet50 --seconds 10 --warmup 40 \
+    --options '{"decode": "cpu"}' '{}' '{"cpu_share": "auto"}' '{"cpu_share": 0.5}'
+  rows 32 resnet18-auto --model resnet18 --seconds 8 --warmup 40 \
+    --options '{}' '{"cpu_share": "auto"}'
 else
   rows 32 resnet18-shares --model resnet18 \
     --options '{}' '{"cpu_share": 0.15}' '{"cpu_share": 0.3}'

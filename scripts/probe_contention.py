@@ -139,20 +139,23 @@ def with_interval(seconds: float | None, work):
 
 
 def loader_rate(args, trainer, decode: str = "cuda", workers: int | None = None, **options
-                ) -> tuple[float, float]:
-    """Training img/s and data-wait % fed by ImageLoader(decode=..., workers=...,
-    options=Options(...))."""
+                ) -> dict:
+    """Training fed by ImageLoader(decode=..., workers=..., options=Options(...)): img/s,
+    data-wait %, the machine's idle cores during the timed window and, with
+    cpu_share="auto", the shares it chose (first and last ten windows)."""
     from bench import forever
     from imageloader import ImageLoader, Options
+    from imageloader.share import IdleCores
     with ImageLoader(args.archive, batch_size=args.batch_size, train=True, size=224,
                      device="cuda", decode=decode, workers=workers, drop_last=True,
                      options=Options(**options)) as loader:
         batches = forever(loader)
-        for _ in range(10):
+        for _ in range(args.warmup):
             trainer.step(*next(batches))
         torch.cuda.synchronize()
         images = 0
         wait = 0.0
+        idle = IdleCores()
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < args.seconds:
             t1 = time.perf_counter()
@@ -162,7 +165,13 @@ def loader_rate(args, trainer, decode: str = "cuda", workers: int | None = None,
             images += len(y)
         torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
-    return images / seconds, 100 * wait / seconds
+        idle_cores = idle.sample()
+        history = [round(share, 2) for share, _, _ in getattr(loader.cpu_share, "history", ())]
+    row = {"img_per_s": images / seconds, "data_wait_pct": round(100 * wait / seconds, 1),
+           "idle_cores": None if idle_cores is None else round(idle_cores, 1)}
+    if history:
+        row["shares"] = history[:10] + ["..."] + history[-10:] if len(history) > 20 else history
+    return row
 
 
 def main(args) -> list[dict]:
@@ -185,11 +194,11 @@ def main(args) -> list[dict]:
     emit({"row": f"{args.model} training alone", "img_per_s": round(alone)})
     def fed(shown: dict, **options):
         """Training fed by ImageLoader(**options), emitted with `shown` as the row's settings."""
-        got, wait = loader_rate(args, trainer, **options)
+        fed_row = loader_rate(args, trainer, **options)
+        got = fed_row.pop("img_per_s")
         emit({"row": f"{args.model} training from ImageLoader("
                      f"decode='{options.get('decode', 'cuda')}')", **shown,
-              "img_per_s": round(got), "pct_of_alone": round(100 * got / alone, 1),
-              "data_wait_pct": round(wait, 1)})
+              "img_per_s": round(got), "pct_of_alone": round(100 * got / alone, 1), **fed_row})
 
     # The loader rows first: a GPU-decode loader created after the raw decode threads below
     # crashed once; the cause found later (close() freed buffers under a suspended
@@ -232,6 +241,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="resnet18")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--seconds", type=float, default=6.0, help="per timed row")
+    p.add_argument("--warmup", type=int, default=10,
+                   help="untimed steps of each loader row (more than the loader's buffers "
+                        "hold, to time the steady state)")
     p.add_argument("--parts", default="loader,threads,process,intervals",
                    help="loader: training fed by ImageLoader, per switch interval; shares: "
                         "the same per --cpu-shares; options: the same per --options; "

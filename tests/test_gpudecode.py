@@ -93,7 +93,8 @@ def test_cpu_share_decodes_that_share_on_the_cpu_the_same_images_every_time():
 
     def pack(share):
         batch = views_of(bytearray(layout.nbytes), layout)
-        packer = JpegPacker(Decoder(Augment.make(8, False)), cpu_share=share)
+        packer = JpegPacker(Decoder(Augment.make(8, False)))
+        batch.cpu_share[0] = share  # the parent's decision for this batch (share.py)
         packer.start(batch)
         for slot, data in enumerate(jpegs):
             packer.fill(batch, slot, data, 5000 + slot)
@@ -107,8 +108,6 @@ def test_cpu_share_decodes_that_share_on_the_cpu_the_same_images_every_time():
     assert 20 <= len(half) <= 44 and counts == {"cpu_share": len(half)}
     assert pack(0.5)[0] == half  # chosen by each sample's seed
     assert len(pack(1.0)[0]) == 64
-    with pytest.raises(ValueError, match="cpu_share"):
-        JpegPacker(Decoder(Augment.make(8, False)), cpu_share=1.5)
 
 
 def packed_batch(files, augment, arena=1 << 20):
@@ -203,6 +202,25 @@ def test_cpu_share_mixes_cpu_and_gpu_decoded_images_in_every_batch(tmp_path):
             counts = loader.stats.fallbacks
             assert counts["cpu_share"] + counts["gpu_decoded"] == 64
             assert 16 <= counts["cpu_share"] <= 48
+
+
+@cuda
+def test_an_adaptive_share_reaches_the_packers_batch_by_batch(tmp_path):
+    files = labeled_files(4, 64)  # 32 batches of 8 per epoch
+    path = write_archive(tmp_path / "a.tgz", files)
+    with cuda_loader(path, "cuda", options=Options(cpu_share="auto")) as loader:
+        control = loader.cpu_share
+        control.interval = 1e9  # decided here, not by this machine's idle cores
+        control.share = 1.0
+        for images, labels in loader:
+            assert_labels_match_pixels(images.cpu(), labels.cpu(), tolerance=8)
+        assert loader.stats.fallbacks == {"cpu_share": 256}
+        control.share = 0.0
+        list(loader)
+        # Buffers handed out before the change keep their share: at most the pool's worth.
+        assert loader.stats.fallbacks["gpu_decoded"] >= 256 - 8 * len(loader._pool.buffers)
+        list(loader)
+        assert loader.stats.fallbacks == {"gpu_decoded": 256}
 
 
 @cuda
