@@ -10,20 +10,17 @@
 # here explicitly: 8 (CUDA's default) vs 32 (what `import imageloader` asks for).
 set -uo pipefail
 out=${1:-bench-out}; part=${2:-queues}
-data=${BENCH_DATA:-bench-data}/imagenet-like.tgz
+images=16000; [ "$part" = auto ] && images=48000
+data=${BENCH_DATA:-bench-data}/imagenet-$images.tgz
+[ "$part" = auto ] || data=${BENCH_DATA:-bench-data}/imagenet-like.tgz  # as in earlier runs
 mkdir -p "$out"
 {
 if compgen -G ".whl/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target "$PWD/.cache/site" .whl/*.whl
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$PWD/.cache/site" .whl/*.whl
 fi
 export PYTHONPATH="$PWD/.cache/site:$PWD" PYTHONUNBUFFERED=1
-[ -f "$data" ] || python3 scripts/bench.py --archive "$data" --recipes reader \
-  --out "$(mktemp -d)/reader.json" | tail -3
-if [ "$part" = auto ]; then
-  data=${BENCH_DATA:-bench-data}/imagenet-48k.tgz
-  [ -f "$data" ] || python3 scripts/bench.py --archive "$data" --images 48000 --shards 0 \
-    --recipes reader --out "$(mktemp -d)/reader.json" | tail -3
-fi
+[ -f "$data" ] || python3 scripts/bench.py --archive "$data" --images $images --shards 0 \
+  --recipes reader --out "$(mktemp -d)/reader.json" | tail -3
 probe() { python3 scripts/probe_contention.py --archive "$data" --parts options --seconds 6 "$@" \
   | grep "^{"; }
 # rows QUEUES NAME PROBE_FLAGS...: one probe run, its rows kept as NAME.jsonl
