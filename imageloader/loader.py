@@ -62,7 +62,9 @@ class Options:
     cpu_share: float | str = 0.0        # decode="cuda": share of the images the packers
                                         # decode on the CPU instead (they reach the GPU as
                                         # pixels), for models that keep the GPU busy; "auto":
-                                        # steered while training (share.py)
+                                        # steered while training (share.py): which images go
+                                        # which way then depends on timing, and the two
+                                        # paths' pixels differ by a level or two
     switch_interval: float | None = None  # decode="cuda": sys.setswitchinterval while the
                                         # decode threads run, e.g. 2e-4 when the training loop
                                         # is mostly Python (prefetch.py says why); None: the

@@ -4,6 +4,8 @@
 # CUDA tests; the benchmark against the ceiling and peers (ResNet-50 and -18, CPU and GPU
 # decode, prefetch 0/1/2) with its chart; a profiler timeline of prefetch 0 vs 2; pinned vs
 # registered vs pageable copy bandwidth; and the training script with --prefetch 0 and 2.
+# Its 50 timed steps follow only 10 of warm-up (kept for comparison with runs 1-9): recipes that
+# buffer many batches look faster than they are; gpu_steady.sh times the steady state.
 # OUT_DIR receives 8 files: bench.json, bench-resnet50.png, bench-resnet18.png, timeline.png,
 # h2d.json, pytest.log, run.log (all console output) and gpu-decode-profile.jsonl.
 set -uo pipefail
