@@ -104,7 +104,7 @@ class LoaderStats:
     workers: int = 0
     fallbacks: Counter = field(default_factory=Counter)  # decode="cuda": CPU-decoded, by why
     padded: int = 0                     # batches repeated so that ranks take equal steps
-    cpu_share: float = 0.0              # decode="cuda": the share given to the last batch
+    cpu_share: float = 0.0              # decode="cuda": the share batches are given now
 
     def as_dict(self) -> dict:
         out = dict(self.__dict__)
