@@ -34,7 +34,7 @@ from .errors import Limits, check_policy
 from .pool import BufferPool, HostBatch
 from .prefetch import Normalize, Prefetcher, release_batch, resolve_device
 from .read import Region, Source, expand_sources, source_name
-from .share import FixedShare, share_control
+from .share import FixedShare, check_share, share_control
 from .vocab import (Vocabulary, archive_classes, archive_regions, as_vocabulary,
                     cached_image_count)
 from .workers import ReadPlan, WorkerPool
@@ -204,7 +204,7 @@ class ImageLoader:
                                          item_transform=_OnDevice(self.normalize),
                                          priority=options.stream_priority)
             self._fill = self.decoder
-            share_control(options.cpu_share)  # a bad value is an error whatever the decode
+            check_share(options.cpu_share)  # a bad value is an error whatever the decode
             self.cpu_share = FixedShare(0.0)
             self.decode_name = "cpu (Pillow)"
         log.info("imageloader: decoding on %s", self.decode_name)

@@ -23,8 +23,7 @@ class FixedShare:
     """The same share for every batch (Options.cpu_share as a number)."""
 
     def __init__(self, share: float):
-        if not 0.0 <= share <= 1.0:
-            raise ValueError(f"cpu_share must be within [0, 1] or 'auto', got {share!r}")
+        check_share(share)
         self.share = float(share)
 
     def stamp(self, buf) -> None:
@@ -122,10 +121,15 @@ def _allowed_cpus() -> list[int]:
     return list(range(os.cpu_count() or 1))
 
 
-def share_control(cpu_share):
-    """The controller for Options.cpu_share: a number in [0, 1] or "auto"."""
+def check_share(cpu_share) -> None:
+    """Options.cpu_share must be a number in [0, 1] or "auto"."""
     if cpu_share == "auto":
-        return AdaptiveShare()
-    if isinstance(cpu_share, str) or isinstance(cpu_share, bool):
+        return
+    if isinstance(cpu_share, (str, bool)) or not 0.0 <= cpu_share <= 1.0:
         raise ValueError(f"cpu_share must be within [0, 1] or 'auto', got {cpu_share!r}")
-    return FixedShare(cpu_share)
+
+
+def share_control(cpu_share) -> FixedShare:
+    """The controller for Options.cpu_share."""
+    check_share(cpu_share)
+    return AdaptiveShare() if cpu_share == "auto" else FixedShare(cpu_share)

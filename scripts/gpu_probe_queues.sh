@@ -10,9 +10,11 @@
 # here explicitly: 8 (CUDA's default) vs 32 (what `import imageloader` asks for).
 set -uo pipefail
 out=${1:-bench-out}; part=${2:-queues}
-images=16000; [ "$part" = auto ] && images=48000
-data=${BENCH_DATA:-bench-data}/imagenet-$images.tgz
-[ "$part" = auto ] || data=${BENCH_DATA:-bench-data}/imagenet-like.tgz  # as in earlier runs
+if [ "$part" = auto ]; then
+  images=48000; data=${BENCH_DATA:-bench-data}/imagenet-48000.tgz  # as gpu_steady.sh
+else
+  images=16000; data=${BENCH_DATA:-bench-data}/imagenet-like.tgz   # as in earlier runs
+fi
 mkdir -p "$out"
 {
 if compgen -G ".whl/*.whl" > /dev/null; then
