@@ -10,7 +10,8 @@ An uncompressed `.tar` seeks anywhere and needs no checkpoints.
 
 The regions go into the class sidecar and the checkpoints beside the archive
 (`<archive>.gzindex`, about 1% of its size), reused while the archive's size and mtime are
-unchanged. Archives where a reader could not start mid-way get none: a global pax header that
+unchanged (a remote archive's live in a local cache folder, and its regions are larger:
+remote.py). Archives where a reader could not start mid-way get none: a global pax header that
 changes how later headers read, or duplicate member names (which region would win?).
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ import logging
 import os
 from array import array
 
+from . import remote
 from .read import Region, choose_inflater
 
 log = logging.getLogger(__name__)
@@ -28,29 +30,39 @@ REGION_BYTES = 16 << 20   # a region is at least this much tar stream: a few hun
 
 
 def index_path(archive: str) -> str:
+    if remote.is_url(archive):
+        return remote.cache_path(archive, INDEX_SUFFIX)
     return archive + INDEX_SUFFIX
+
+
+def _folder_of_index(archive: str) -> str:
+    return os.path.dirname(index_path(archive))
 
 
 def recorder_for(path: str, inflate: str) -> "Recorder | None":
     """A recorder when this archive's regions can be found: an uncompressed tar, or gzip
     inflated by rapidgzip (the only inflater here with checkpoints)."""
-    with open(path, "rb") as f:
-        gzipped = f.read(2) == b"\x1f\x8b"
+    if remote.is_url(path):
+        gzipped, spacing = remote.head(path, 2) == b"\x1f\x8b", remote.REGION_BYTES
+    else:
+        with open(path, "rb") as f:
+            gzipped, spacing = f.read(2) == b"\x1f\x8b", REGION_BYTES
     if not gzipped:
-        return Recorder(path, gzipped=False)
+        return Recorder(path, gzipped=False, region_bytes=spacing)
     try:
         if choose_inflater(inflate, seekable_path=True) != "rapidgzip":
             return None
     except (ImportError, ValueError):
         return None
-    return Recorder(path, gzipped=True)
+    return Recorder(path, gzipped=True, region_bytes=spacing)
 
 
 class Recorder:
     """Told every header where a region could start (`header`), then the stream (`finish`)."""
 
-    def __init__(self, path: str, gzipped: bool):
+    def __init__(self, path: str, gzipped: bool, region_bytes: int | None = None):
         self.path, self.gzipped = path, gzipped
+        self.region_bytes = region_bytes or REGION_BYTES
         # Three ints per member: ~24 MB while scanning a million members, freed after it.
         self.offsets, self.entries, self.images = array("q"), array("q"), array("q")
         self.checkpoints: list[int] | None = None
@@ -64,7 +76,7 @@ class Recorder:
     def finish(self, stream) -> None:
         """The walk reached the archive's end: keep the inflater's checkpoints."""
         if not self.gzipped:
-            self.checkpoints = list(range(0, stream.tell(), REGION_BYTES))
+            self.checkpoints = list(range(0, stream.tell(), self.region_bytes))
             return
         self.checkpoints = sorted(stream.block_offsets().values())
         if len(self._starts()) < 2:
@@ -101,7 +113,7 @@ class Recorder:
     def _starts(self) -> list[int]:
         """Positions (into the recorded headers) where regions start: the first header at or
         after a checkpoint, at least REGION_BYTES after the previous start."""
-        starts, next_at = [0], REGION_BYTES
+        starts, next_at = [0], self.region_bytes
         for checkpoint in self.checkpoints:
             if checkpoint < next_at:
                 continue
@@ -109,7 +121,7 @@ class Recorder:
             if h == len(self.offsets):
                 break
             starts.append(h)
-            next_at = self.offsets[h] + REGION_BYTES
+            next_at = self.offsets[h] + self.region_bytes
         return starts
 
 
@@ -118,7 +130,7 @@ def regions_from(path: str, payload: dict | None) -> list[Region] | None:
     stale (`index_is_stale`) or cannot be used here (no rapidgzip)."""
     if not payload or index_is_stale(path, payload):
         return None
-    index = os.path.join(os.path.dirname(path), payload["index"]) if payload["index"] else None
+    index = os.path.join(_folder_of_index(path), payload["index"]) if payload["index"] else None
     if index is not None:
         try:
             import rapidgzip  # noqa: F401  (needed to enter the stream at a checkpoint)
@@ -136,14 +148,17 @@ def index_is_stale(path: str, payload: dict) -> bool:
     if not payload.get("index"):
         return False
     try:
-        return file_stamp(os.path.join(os.path.dirname(path), payload["index"])) \
+        return file_stamp(os.path.join(_folder_of_index(path), payload["index"])) \
             != payload.get("index_stamp")
     except OSError:
         return True
 
 
 def file_stamp(path: str) -> dict:
-    """What tells a file changed: its size and modification time."""
+    """What tells a file changed: its size and modification time (for a remote archive, its
+    size and version: remote.stamp)."""
+    if remote.is_url(path):
+        return remote.stamp(path)
     st = os.stat(path)
     return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
 

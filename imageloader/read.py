@@ -21,6 +21,7 @@ import tarfile
 from collections import Counter
 from typing import BinaryIO, Iterable, Iterator, NamedTuple, Union
 
+from . import remote
 from .errors import ArchiveError, Limits, UnknownLabelError
 
 Source = Union[str, os.PathLike, BinaryIO]
@@ -75,8 +76,10 @@ class Sample(NamedTuple):
 # Sources and opening
 
 
-def expand_sources(source: Source | Iterable[Source]) -> list[Source]:
-    """One path, a glob, a file object, or a list of those -> a flat list; globs sorted."""
+def expand_sources(source: Source | Iterable[Source],
+                   options: remote.RemoteOptions | None = None) -> list[Source]:
+    """One path, a glob, a file object, or a list of those -> a flat list; globs sorted.
+    URLs (remote.py) become `remote.Url`s fetched with `options`."""
     items = [source] if isinstance(source, (str, os.PathLike)) or hasattr(source, "read") \
         else list(source)
     out: list[Source] = []
@@ -85,7 +88,9 @@ def expand_sources(source: Source | Iterable[Source]) -> list[Source]:
             out.append(item)
             continue
         path = os.fspath(item)
-        if glob.has_magic(path):
+        if remote.is_url(path):
+            out.extend(remote.expand(path, options))
+        elif glob.has_magic(path):
             matches = sorted(glob.glob(path))
             if not matches:
                 raise FileNotFoundError(f"no archive matches the pattern {path!r}")
@@ -166,6 +171,8 @@ def open_stream(source: Source, inflate: str = "auto", threads: int | None = Non
             from isal import igzip
             return igzip.IGzipFile(fileobj=raw, mode="rb")
         return gzip.GzipFile(fileobj=raw, mode="rb")
+    if remote.is_url(source):
+        return remote.open_stream(source, inflate, threads)
     path = os.fspath(source)
     with open(path, "rb") as probe:
         head = probe.read(2)
@@ -186,6 +193,8 @@ def open_stream(source: Source, inflate: str = "auto", threads: int | None = Non
 
 def open_region(region: Region, threads: int | None = None) -> BinaryIO:
     """The archive's inflated stream positioned at the region's first header."""
+    if remote.is_url(region.path):
+        return remote.open_region(region, threads)
     if region.index is None:
         stream = open(region.path, "rb", buffering=0)
     else:
@@ -231,8 +240,10 @@ class _Blocks:
     end and read on in small steps: the error then surfaces at the member that holds it.
     """
 
-    def __init__(self, stream: BinaryIO, reopen=None, chunk: int = _READ_CHUNK, origin: int = 0):
+    def __init__(self, stream: BinaryIO, reopen=None, chunk: int = _READ_CHUNK, origin: int = 0,
+                 stop: int | None = None):
         self.stream, self.reopen, self.chunk = stream, reopen, chunk
+        self.stop = stop  # a region's end: blocks never reach past it
         # One reused block: a fresh 4 MiB bytes object per read is fresh memory from the
         # kernel, page-faulted in every time. `buf` is a view of it (or, briefly, bytes).
         self._store = bytearray()
@@ -245,18 +256,26 @@ class _Blocks:
     def _refill(self, need: int) -> bool:
         """Replace the block (everything handed out was copied): False at the end."""
         self.base += len(self.buf)
-        size = max(self.chunk, need)
+        size = self._block_size(need)
         if len(self._store) < size:
             self.buf, self._store = memoryview(b""), bytearray(size)
         try:
             got = self._read_into(memoryview(self._store)[:size])
-        except Exception:
-            if self.reopen is None or self.chunk <= _LOCATE_CHUNK:
+        except Exception as error:
+            # A remote archive that cannot be fetched is not damaged: nothing to locate.
+            if self.reopen is None or self.chunk <= _LOCATE_CHUNK \
+                    or isinstance(error, remote.RemoteError):
                 raise
             self._read_on_in_small_steps()
-            got = self._read_into(memoryview(self._store)[:max(self.chunk, need)])
+            got = self._read_into(memoryview(self._store)[:self._block_size(need)])
         self.buf, self.pos = memoryview(self._store)[:got], 0
         return got > 0
+
+    def _block_size(self, need: int) -> int:
+        # Reading past a region's end would inflate (and, for a remote archive, fetch) what
+        # the next region's reader reads anyway.
+        room = self.chunk if self.stop is None else self.stop - self.base
+        return max(need, min(self.chunk, room)) if room > 0 else max(self.chunk, need)
 
     def _read_into(self, view: memoryview) -> int:
         if hasattr(self.stream, "readinto"):
@@ -502,6 +521,8 @@ def _open_source(source, inflate: str, threads: int | None, opened: dict | None)
     stream = opened.get(key)
     if stream is None or stream.closed:
         stream = opened[key] = open_region(source, threads)
+    elif hasattr(stream, "enter_region"):
+        stream.enter_region(source)  # a remote archive: fetch this region's bytes only
     else:
         stream.seek(source.start)
     return stream
@@ -518,6 +539,8 @@ def _is_gzip(source) -> bool:
     if isinstance(source, Region):
         return source.index is not None
     try:
+        if remote.is_url(source):
+            return remote.head(source, 2) == _GZIP_MAGIC
         with open(source, "rb") as f:
             return f.read(2) == _GZIP_MAGIC
     except OSError:
@@ -529,7 +552,7 @@ def _walk(stream, archive, skipped, limits, read_data, state, reopen, region,
     # A stream given by the caller cannot be opened again to locate damage: read it in small
     # steps from the start, as tarfile does.
     blocks = _Blocks(stream, reopen, _READ_CHUNK if reopen else _LOCATE_CHUNK,
-                     region.start if region else 0)
+                     region.start if region else 0, region.end if region else None)
     try:
         yield from _walk_blocks(blocks, archive, skipped, limits, read_data, state,
                                 region.end if region else None, recorder)

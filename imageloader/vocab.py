@@ -3,8 +3,9 @@
 Sorting makes the mapping independent of archive order, so a train and a val archive agree.
 Building it takes one streaming pass over member headers (no decoding, no extraction); the result
 is written to `<archive>.classes.json` when the folder is writable and reused while the archive's
-size and modification time are unchanged. The sidecar also stores images per class, which gives
-the loader its length without another pass.
+size and modification time are unchanged (a remote archive's sidecar lives in a local cache
+folder and is reused while the object's size and version are: remote.py). The sidecar also
+stores images per class, which gives the loader its length without another pass.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Mapping
 
+from . import remote
 from .errors import Limits
 from .index import file_stamp, index_is_stale, recorder_for, regions_from
 from .read import Region, Source, expand_sources, iter_members, source_name
@@ -74,9 +76,10 @@ class Vocabulary:
 
     @classmethod
     def from_archives(cls, source: Source | Iterable[Source], *, limits: Limits = Limits(),
-                      inflate: str = "auto", write_sidecar: bool = True) -> "Vocabulary":
+                      inflate: str = "auto", write_sidecar: bool = True,
+                      remote_options: remote.RemoteOptions | None = None) -> "Vocabulary":
         """Scan archives (or reuse their sidecars) and return the union of their classes."""
-        sources = expand_sources(source)
+        sources = expand_sources(source, remote_options)
         streams = [s for s in sources if hasattr(s, "read")]
         if streams:
             raise ValueError(f"cannot scan {source_name(streams[0])} for its classes without "
@@ -109,6 +112,8 @@ def as_vocabulary(vocab) -> Vocabulary | None:
 
 
 def sidecar_path(archive: str) -> str:
+    if remote.is_url(archive):
+        return remote.cache_path(archive, SIDECAR_SUFFIX)
     return archive + SIDECAR_SUFFIX
 
 
@@ -155,6 +160,17 @@ def cached_image_count(path: str) -> int | None:
     except OSError:
         return None
     return sum(data["classes"].values()) if data and data["classes"] else None
+
+
+def fresh_scan(path: str) -> dict | None:
+    """The sidecar's content if it is fresh and names an index that is too; never scans."""
+    try:
+        data = _read_sidecar(sidecar_path(path), file_stamp(path))
+    except OSError:
+        return None
+    if data is None or (data.get("regions") and index_is_stale(path, data["regions"])):
+        return None
+    return data
 
 
 def _read_sidecar(path: str, stamp: dict) -> dict | None:
