@@ -32,8 +32,10 @@ from .decode import ALLOWED_FORMATS, Augment, Decoder, JpegPacker
 from .gpudecode import GpuDecode, Packed, find_jpeg_decoder
 from .errors import Limits, check_policy
 from .pool import BufferPool, HostBatch
+from .index import file_stamp
 from .prefetch import Normalize, Prefetcher, release_batch, resolve_device
 from .read import Region, Source, expand_sources, source_name
+from .remote import RemoteOptions, share_scans
 from .share import FixedShare, check_share, share_control
 from .vocab import (Vocabulary, archive_classes, archive_regions, as_vocabulary,
                     cached_image_count)
@@ -86,6 +88,8 @@ class Options:
     world_size: int | None = None
     uneven: str = "pad"                 # ranks with fewer batches repeat ("pad") or all
                                         # ranks stop at the fewest full batches ("drop")
+    remote: RemoteOptions = RemoteOptions()  # URL sources: cache folder, credentials,
+                                        # retries (remote.py)
 
 
 @dataclass
@@ -105,6 +109,9 @@ class LoaderStats:
     fallbacks: Counter = field(default_factory=Counter)  # decode="cuda": CPU-decoded, by why
     padded: int = 0                     # batches repeated so that ranks take equal steps
     cpu_share: float = 0.0              # decode="cuda": the share batches are given now
+    fetched: int = 0                    # bytes fetched from URL sources by this rank's readers
+    requests: int = 0                   # ... in this many requests,
+    retries: int = 0                    # of which this many repeated one that failed
 
     def as_dict(self) -> dict:
         out = dict(self.__dict__)
@@ -169,7 +176,8 @@ class ImageLoader:
         self.options = options = options or Options()
         check_policy("on_error", options.on_error)
         check_policy("unknown_labels", options.unknown_labels)
-        self.sources = tuple(expand_sources(source))
+        self.sources = tuple(expand_sources(source, options.remote))
+        share_scans(self.sources, limits=options.limits, inflate=options.inflate)
         self.batch_size, self.train, self.seed, self.drop_last = batch_size, train, seed, drop_last
         self.device = resolve_device(device)
         self.workers = default_workers() if workers is None else int(workers)
@@ -409,6 +417,7 @@ class ImageLoader:
                 buf.meta = {"worker": 0, "consumed": counted.n, "skipped": dict(skipped),
                             "merged": False}
                 self.stats.bytes = read_stats.get("bytes", 0)
+                _set_fetched(read_stats.get("remote", {}), self.stats)
                 if buf.count == 0:
                     self._pool.release(buf)
                     self._progress.add_skips(skipped, self.stats)
@@ -554,7 +563,7 @@ class ImageLoader:
         paths = [os.fspath(s) for s in self.sources if not hasattr(s, "read")]
         counts = [cached_image_count(p) for p in paths]
         if paths and all(c for c in counts):
-            mean = sum(os.path.getsize(p) for p in paths) / sum(counts)
+            mean = sum(file_stamp(p)["bytes"] for p in paths) / sum(counts)
         return int(min(max(2 * self.batch_size * mean, 8 << 20), 512 << 20))
 
     def _collect_epoch_stats(self) -> None:
@@ -562,6 +571,7 @@ class ImageLoader:
             reader_skipped, nbytes = self._workers.epoch_stats
             _tally(reader_skipped, self.stats)
             self.stats.bytes = nbytes or self.stats.bytes
+            _set_fetched(self._workers.epoch_fetched, self.stats)
         self.stats.skipped.update(self._reader_skipped)
         self._reader_skipped = Counter()
         if self._gpu is not None:
@@ -646,6 +656,12 @@ def _tally(counts: dict, stats: LoaderStats) -> Counter:
             skips[key] += n
     stats.skipped.update(skips)
     return skips
+
+
+def _set_fetched(counts: dict, stats: LoaderStats) -> None:
+    """What the readers fetched from remote archives this epoch (remote.counters)."""
+    for key in ("fetched", "requests", "retries"):
+        setattr(stats, key, counts.get(key, 0))
 
 
 class _OnDevice:

@@ -46,6 +46,7 @@ from typing import Any, Iterator, NamedTuple
 import numpy as np
 
 from .batch import Counted, Task, fill_batch, schedule, take_share, views_of
+from . import remote
 from .errors import ArchiveError, Limits
 from .read import iter_members, iter_samples
 
@@ -106,13 +107,19 @@ class _Vocab:
 
 
 def _chain_members(archives, skipped, stats, plan: ReadPlan, opened: dict | None):
+    before = remote.counters()
     for archive in archives:
         rewind(archive)
+        far = remote.is_url(getattr(archive, "path", archive))  # a Region's, or the archive
         for member in iter_members(archive, skipped=skipped, limits=plan.limits,
                                    inflate=plan.inflate, threads=plan.inflate_threads,
                                    opened=opened):
             stats["bytes"] = stats.get("bytes", 0) + len(member.data)
+            if far:  # bytes fetched, requests and retries of this reader in this epoch
+                stats["remote"] = remote.counted_since(before)
             yield member
+        if far:
+            stats["remote"] = remote.counted_since(before)
 
 
 def rewind(source) -> None:
@@ -308,9 +315,11 @@ def _read_epoch(reader_id, plan, channels, worker_ids, gen, epoch, order, share,
         if chunks[worker]:
             _put(channels.tasks[worker], (gen, chunks[worker]), abandoned)
         _put(channels.tasks[worker], (gen, None), abandoned)  # end of this stream
+    fetched = stats.get("remote", {})  # each reader's own
     if share[0] > 0:  # readers that split archives by image all walk the same members:
         skipped, stats = Counter(), {}  # the first one reports their skips and bytes
-    channels.results.put(("read", gen, reader_id, dict(skipped), stats.get("bytes", 0)))
+    channels.results.put(("read", gen, reader_id, dict(skipped), stats.get("bytes", 0),
+                          fetched))
 
 
 def _put(q, item, abandoned) -> bool:
@@ -501,6 +510,7 @@ class _Epoch:
     readers_done: int = 0
     skipped: Counter = field(default_factory=Counter)   # reader skips (decode skips: per batch)
     bytes: int = 0
+    fetched: Counter = field(default_factory=Counter)   # remote.counters() of the readers
     error: BaseException | None = None  # raised when this epoch is iterated
     skip_tasks: dict = field(default_factory=dict)      # worker -> tasks to skip (resume)
     merged_done: int = 0                # merged end-of-epoch batches already delivered
@@ -770,6 +780,7 @@ class WorkerPool:
                 state.readers_done += 1
                 state.skipped.update(message[3])
                 state.bytes += message[4]
+                state.fetched.update(message[5])
             return
         _, _, worker, k, slot, count, final, skipped, consumed = message
         buf = self.pool.buffers[slot]
@@ -884,6 +895,12 @@ class WorkerPool:
         """Skip counts and bytes read of the running epoch, or of the last one finished."""
         state = self._epoch or self._finished
         return (state.skipped, state.bytes) if state else (Counter(), 0)
+
+    @property
+    def epoch_fetched(self) -> Counter:
+        """What the readers fetched from remote archives in that epoch (remote.counters)."""
+        state = self._epoch or self._finished
+        return state.fetched if state else Counter()
 
 
 _ROW_FIELDS = ("images", "labels", "seeds", "lengths", "boxes")
