@@ -34,6 +34,7 @@ _EXPORTS = {
     "Parallel": "parallel",
     "ArchiveError": "errors", "SampleError": "errors", "UnknownLabelError": "errors",
     "Limits": "errors",
+    "RemoteOptions": "remote", "RemoteError": "remote",
     "WorkerError": "workers",
     "Decoder": "decode", "Augment": "decode",
 }

@@ -1,0 +1,363 @@
+"""Archives read where they live: URLs against real HTTP and S3 servers started here, with
+faults injected between loader and server, and two torchrun "nodes" reading one URL."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import solid, write_archive
+from imageloader import ImageLoader, Options, index, read, remote
+from imageloader.errors import ArchiveError
+from imageloader.read import iter_members
+from imageloader.remote import RemoteError, RemoteOptions, Url
+from imageloader.vocab import archive_regions
+
+pytest.importorskip("fsspec", reason="URL sources need the 'remote' extra (fsspec)")
+pytest.importorskip("aiohttp", reason="http(s) URLs need the 'remote' extra (aiohttp)")
+pytest.importorskip("rapidgzip", reason="regions of a .tgz need rapidgzip")
+from servers import SECRET, MotoServer, fault_proxy, range_server  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:epoch .* skipped")
+IMAGES = 120
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(autouse=True)
+def small_regions(monkeypatch):
+    # Archives of ~8 MB: regions of 1 MiB give several; checkpoints every 32 KiB keep the
+    # interval that neighbouring regions both fetch small beside them, as 4 MiB checkpoints
+    # are beside remote regions of 64 MiB.
+    monkeypatch.setattr(remote, "REGION_BYTES", 1 << 20)
+    monkeypatch.setattr(read, "RAPIDGZIP_CHUNK", 32 << 10)
+
+
+def numbered_archive(path, n: int = IMAGES, seed: int = 0) -> str:
+    """PNG i is solid gray 10 + i (its pixels say which member it was), each followed by
+    64 KB of incompressible non-image data, as JPEG data is."""
+    rng = random.Random(seed)
+    files = []
+    for i in range(n):
+        files.append((f"t/c{i % 3}/{i:03d}.png", solid(10 + i, fmt="PNG", mode="L")))
+        files.append((f"t/c{i % 3}/{i:03d}.bin", rng.randbytes(64_000)))
+    return write_archive(path, files)
+
+
+@pytest.fixture
+def served(tmp_path):
+    """An archive under a folder that a Range-honouring HTTP server serves."""
+    root = tmp_path / "www"
+    (root / "private").mkdir(parents=True)
+    path = numbered_archive(root / "a.tgz")
+    server = range_server(str(root))
+    yield server, path
+    server.close()
+
+
+def options(tmp_path, **kw) -> RemoteOptions:
+    kw.setdefault("backoff", 0.01)
+    return RemoteOptions(cache_dir=str(tmp_path / "cache"), **kw)
+
+
+def ids(images) -> list[int]:
+    return [round(v - 10) for v in images.float().mean(dim=(1, 2, 3)).tolist()]
+
+
+def numbered_loader(url, tmp_path, remote_options=None, **kw) -> ImageLoader:
+    o = dict(remote=remote_options or options(tmp_path), lookahead=False)
+    o.update(kw.pop("options", {}))
+    kw.setdefault("workers", 2)
+    return ImageLoader(url, batch_size=8, size=8, mode="L", device="cpu", normalize=False,
+                       seed=3, options=Options(**o), **kw)
+
+
+def epoch_ids(loader) -> list[int]:
+    seen = []
+    for images, labels in loader:
+        got = ids(images)
+        assert labels.tolist() == [i % 3 for i in got]
+        seen += got
+    return seen
+
+
+def walk(source, **kw) -> list[tuple]:
+    return [(m.index, m.name, m.data) for m in iter_members(source, skipped=Counter(), **kw)]
+
+
+# --------------------------------------------------------------------------------------------
+# Names, credentials, the cache
+
+
+def test_urls_and_what_they_show():
+    assert remote.is_url("https://h/a.tgz") and remote.is_url("s3://b/a.tgz")
+    assert not remote.is_url("data/a.tgz") and not remote.is_url("file:///data/a.tgz")
+    url = Url(f"https://user:{SECRET}@h:8080/d/a.tgz?X-Amz-Signature={SECRET}")
+    assert url == "https://h:8080/d/a.tgz?..." and SECRET in url.target
+    assert SECRET not in remote.cache_path(url, ".classes.json")
+    assert remote.cache_path(url, ".x").endswith("-a.tgz.x")
+    # Another signature, the same object: the same cache entry.
+    assert remote.cache_path(Url("https://h:8080/d/a.tgz?sig=other"), ".x") \
+        == remote.cache_path(url, ".x")
+    assert remote.cache_path(Url("https://h:8080/e/a.tgz"), ".x") != remote.cache_path(url, ".x")
+
+
+def test_transient_and_permanent_errors_are_told_apart():
+    import aiohttp
+    assert remote.transient(ConnectionResetError())
+    assert remote.transient(TimeoutError())
+    assert remote.transient(aiohttp.ClientPayloadError("cut"))
+    assert not remote.transient(FileNotFoundError("x"))
+    assert not remote.transient(PermissionError("x"))
+    assert not remote.transient(ValueError("a bug, not a fault"))
+    try:  # fsspec's HTTP info says FileNotFoundError for a 503 it met on HEAD and on GET
+        raise FileNotFoundError("u") from _status_error(503)
+    except FileNotFoundError as error:
+        assert remote.transient(error)
+    assert remote.transient(_status_error(503)) and remote.transient(_status_error(429))
+    assert not remote.transient(_status_error(403)) and not remote.transient(_status_error(404))
+
+
+def _status_error(status: int):
+    import aiohttp
+    return aiohttp.ClientResponseError(None, (), status=status)
+
+
+def test_credentials_stay_out_of_names_caches_and_messages(served, tmp_path):
+    server, path = served
+    shutil.copy(path, Path(server.root) / "private" / "a.tgz")
+    host = server.url.removeprefix("http://")
+    cache = tmp_path / "cache"
+    for source in (f"http://user:{SECRET}@{host}/private/a.tgz",
+                   f"{server.url}/private/a.tgz?token={SECRET}"):
+        with numbered_loader(source, tmp_path, workers=0) as loader:
+            assert sorted(epoch_ids(loader)) == list(range(IMAGES))
+            text = repr(loader) + json.dumps(loader.state_dict()) + str(loader.sources)
+            assert SECRET not in text
+    for file in cache.iterdir():
+        assert SECRET not in file.name and SECRET.encode() not in file.read_bytes()
+    for source in (f"http://user:{SECRET}@{host}/private/missing.tgz",
+                   f"http://user:wrong-{SECRET}@{host}/private/a.tgz",
+                   f"{server.url}/private/missing.tgz?token={SECRET}"):
+        with pytest.raises(RemoteError) as caught:
+            numbered_loader(source, tmp_path, workers=0)
+        assert SECRET not in str(caught.value) and f"{host}/private/" in str(caught.value)
+
+
+def test_sidecar_and_index_live_in_the_cache_and_a_changed_object_is_scanned_again(
+        served, tmp_path):
+    server, path = served
+    url = f"{server.url}/a.tgz"
+    with numbered_loader(url, tmp_path, options={"readers": 2}) as loader:
+        assert len(loader._parts()) >= 6
+        assert len(loader) == IMAGES // 8
+    names = sorted(f.name for f in (tmp_path / "cache").iterdir())
+    assert len(names) == 2 and names[0].endswith("-a.tgz.classes.json") \
+        and names[1].endswith("-a.tgz.gzindex")
+    assert os.listdir(server.root) == ["private", "a.tgz"] or \
+        sorted(os.listdir(server.root)) == ["a.tgz", "private"]  # nothing beside the archive
+    server.reset()
+    with numbered_loader(url, tmp_path) as again:  # from the cache: no scan
+        assert len(again) == IMAGES // 8
+    assert server.counts["bytes"] < 100 and server.counts["requests"] <= 2
+    # The object changes (a new ETag): scanned again.
+    numbered_archive(path, n=IMAGES - 40, seed=1)
+    with numbered_loader(url, tmp_path) as changed:
+        assert len(changed) == (IMAGES - 40) // 8
+        assert sorted(epoch_ids(changed)) == list(range(IMAGES - 40))
+    assert server.counts["bytes"] > os.path.getsize(path)
+
+
+# --------------------------------------------------------------------------------------------
+# Regions: ranged requests, each region's bytes only
+
+
+def test_regions_of_a_url_walk_what_the_file_walks_fetching_its_bytes_once(served, tmp_path,
+                                                                           monkeypatch):
+    server, path = served
+    monkeypatch.setattr(index, "REGION_BYTES", remote.REGION_BYTES)  # the local file's too
+    size = os.path.getsize(path)
+    url = Url(f"{server.url}/a.tgz", options(tmp_path))
+    regions = archive_regions(url)
+    assert server.counts["bytes"] <= 1.01 * size  # the scan: the archive once
+    local = archive_regions(path)
+    assert [r[1:5] for r in regions] == [r[1:5] for r in local] and len(regions) >= 6
+    whole = walk(path)
+    server.reset()
+    pieces, opened = {}, {}
+    try:
+        for k in random.Random(1).sample(range(len(regions)), len(regions)):
+            pieces[k] = walk(regions[k], opened=opened)
+            assert len(pieces[k]) == regions[k].images
+    finally:
+        for stream in opened.values():
+            stream.close()
+    assert [m for k in sorted(pieces) for m in pieces[k]] == whole
+    # One reader, every region: neighbours share one checkpoint interval, nothing more.
+    assert server.counts["bytes"] <= 1.1 * size
+    server.reset()
+    assert walk(url) == whole  # evaluation: the archive streamed in order
+    assert server.counts["bytes"] <= 1.01 * size
+
+
+def test_loader_over_http_every_image_once_counting_what_it_fetched(served, tmp_path):
+    server, path = served
+    size = os.path.getsize(path)
+    with numbered_loader(f"{server.url}/a.tgz", tmp_path, options={"readers": 2}) as loader:
+        assert len(loader._parts()) > 2
+        server.reset()
+        first = epoch_ids(loader)
+        assert sorted(first) == list(range(IMAGES))
+        stats = loader.stats
+        # What the loader says it fetched is what the server sent.
+        assert stats.fetched == server.counts["bytes"] <= 1.1 * size
+        assert stats.requests == server.counts["requests"] >= len(loader._parts())
+        assert stats.retries == 0 and stats.skipped == {"not_image": IMAGES}
+        second = epoch_ids(loader)
+        assert sorted(second) == list(range(IMAGES)) and second != first
+    with numbered_loader(f"{server.url}/a.tgz", tmp_path, train=False) as evaluation:
+        assert epoch_ids(evaluation) == list(range(IMAGES))  # streamed in order
+
+
+# --------------------------------------------------------------------------------------------
+# Faults
+
+
+@pytest.mark.parametrize("schedule", [("pass", "503", "pass", "cut", "pass"),
+                                      ("pass", "pass", "pass", "pass", "stall")])
+def test_faults_between_loader_and_server_lose_and_repeat_nothing(served, tmp_path, schedule):
+    """A proxy answers 503 to a share of the requests, drops a share mid-body, or holds them
+    past the timeout: every image exactly once per epoch, the scan included."""
+    server, path = served
+    proxy = fault_proxy(server.url, schedule, stall=1.0)
+    o = options(tmp_path, block_size=512 << 10, timeout=0.3)
+    try:
+        with numbered_loader(f"{proxy.url}/a.tgz", tmp_path, o,
+                             options={"readers": 2}) as loader:
+            assert len(loader._parts()) > 2  # ranged requests of regions, side by side
+            for epoch in range(2):
+                assert sorted(epoch_ids(loader)) == list(range(IMAGES))
+                assert loader.stats.retries > 0
+        faults = proxy.counts["503"] + proxy.counts["cuts"] + proxy.counts["stalls"]
+        assert faults >= 5
+    finally:
+        proxy.close()
+
+
+def test_a_permanent_error_raises_at_once_naming_the_url(served, tmp_path):
+    server, path = served
+    slow = options(tmp_path, backoff=30.0)  # a retry would take 30 s: there is none
+    started = time.monotonic()
+    with pytest.raises(RemoteError, match=r"not found \(HTTP 404\): http://.*/nothere\.tgz"):
+        numbered_loader(f"{server.url}/nothere.tgz", tmp_path, slow)
+    shutil.copy(path, Path(server.root) / "private" / "b.tgz")
+    Path(server.root, "forbidden").mkdir()
+    shutil.copy(path, Path(server.root) / "forbidden" / "b.tgz")
+    with pytest.raises(RemoteError, match=r"access denied \(HTTP 403\)"):
+        numbered_loader(f"{server.url}/forbidden/b.tgz", tmp_path, slow)
+    # Refused in the middle of an epoch (credentials that expired): the archive and where
+    # the reader was.
+    pieces = options(tmp_path, backoff=30.0, block_size=64 << 10)
+    with numbered_loader(f"{server.url}/a.tgz", tmp_path, pieces, workers=0) as loader:
+        server.deny_after = server.counts["requests"] + 3
+        with pytest.raises(ArchiveError, match=r"access denied \(HTTP 403\): http://.*a\.tgz"
+                                               r" \(archive 'http://.*/a\.tgz', member #"):
+            epoch_ids(loader)
+    assert time.monotonic() - started < 20
+
+
+# --------------------------------------------------------------------------------------------
+# S3 (moto's server) through s3fs
+
+
+@pytest.fixture(scope="module")
+def moto():
+    pytest.importorskip("s3fs", reason="s3:// URLs need the 's3' extra (s3fs)")
+    if importlib.util.find_spec("moto") is None:  # imported only by its server's process
+        pytest.skip("the S3 tests need moto's server (test extra)")
+    server = MotoServer()
+    yield server
+    server.close()
+
+
+def test_s3_bucket_every_image_once_also_through_faults(moto, tmp_path):
+    import s3fs
+    fs = s3fs.S3FileSystem(**moto.storage_options(), skip_instance_cache=True)
+    bucket = f"b{random.randrange(1 << 30)}"
+    fs.mkdir(bucket)
+    path = numbered_archive(tmp_path / "a.tgz")
+    for shard in ("shard-0.tgz", "shard-1.tgz"):
+        fs.put_file(path, f"{bucket}/{shard}")
+    o = options(tmp_path, storage_options=moto.storage_options())
+    with numbered_loader(f"s3://{bucket}/shard-*.tgz", tmp_path, o) as loader:
+        assert [str(s) for s in loader.sources] == [f"s3://{bucket}/shard-0.tgz",
+                                                     f"s3://{bucket}/shard-1.tgz"]
+        assert sorted(epoch_ids(loader)) == sorted(list(range(IMAGES)) * 2)
+        assert loader.stats.fetched <= 1.1 * 2 * os.path.getsize(path)
+    sidecar = next((tmp_path / "cache").glob("*-shard-0.tgz.classes.json"))
+    assert json.loads(sidecar.read_text())["archive"]["version"]  # the object's ETag
+    proxy = fault_proxy(moto.url, ("pass", "503", "pass", "cut"))
+    try:
+        shutil.rmtree(tmp_path / "cache")
+        faulty = options(tmp_path, storage_options=moto.storage_options(proxy.url, False),
+                         block_size=512 << 10)
+        retries = 0
+        with numbered_loader(f"s3://{bucket}/shard-1.tgz", tmp_path, faulty) as loader:
+            for _ in range(2):
+                assert sorted(epoch_ids(loader)) == list(range(IMAGES))
+                retries += loader.stats.retries
+        assert retries > 0
+        assert proxy.counts["cuts"] > 0 and proxy.counts["503"] > 0
+    finally:
+        proxy.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Two nodes, four ranks, one URL
+
+
+@pytest.mark.timeout(240)
+def test_two_torchrun_nodes_fetch_the_archive_about_once_per_epoch(served, tmp_path):
+    """Two torchrun "nodes" of two gloo ranks each, on this host, each node with a cache of
+    its own: together every image exactly once per epoch, and the bytes the server sent in an
+    epoch at most 1.1 x the archive (also for the scan, which rank 0 alone makes)."""
+    server, path = served
+    size = os.path.getsize(path)
+    port = str(_free_port())
+    runs = []
+    for node in range(2):
+        runs.append(subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes=2",
+             f"--node-rank={node}", "--nproc-per-node=2", "--master-addr=127.0.0.1",
+             f"--master-port={port}", str(HERE / "remote_ranks.py"), f"{server.url}/a.tgz",
+             str(tmp_path / f"cache-{node}"), str(tmp_path / "out")],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parent)}))
+    for run in runs:
+        output = run.communicate(timeout=220)[0]
+        assert run.returncode == 0, output[-4000:]
+    ranks = [json.loads(f.read_text()) for f in sorted((tmp_path / "out").iterdir())]
+    marks = server.marks
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
+    for epoch in range(2):
+        seen = [r["ids"][epoch] for r in ranks]
+        assert sorted(sum(seen, [])) == list(range(IMAGES))  # exactly once over 4 ranks
+        sent = marks[f"epoch{epoch}"]["bytes"] - marks[f"before{epoch}"]["bytes"]
+        assert sent <= 1.1 * size
+        assert sum(r["fetched"][epoch] for r in ranks) == sent  # the loaders' own count
+    assert marks["built"]["bytes"] <= 1.1 * size  # one scan for both nodes
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
