@@ -20,7 +20,6 @@ keys use the `Url` itself, the URL without user info and query.
 """
 from __future__ import annotations
 
-import asyncio
 import bisect
 import datetime
 import glob
@@ -244,6 +243,7 @@ def _call(fs, method: str, options: RemoteOptions, *args, **kwargs):
 
 
 async def _within(timeout: float, call, *args, **kwargs):
+    import asyncio  # here: processes that read local archives never pay for importing it
     # wait_for cancels the request when it times out: its connection is closed, not reused.
     return await asyncio.wait_for(call(*args, **kwargs), timeout)
 
@@ -421,7 +421,7 @@ class RemoteFile(io.RawIOBase):
                 self._pieces.move_to_end(start)
                 at = self._pos - start
                 n = min(len(view), len(data) - at)
-                view[:n] = data[at:at + n]
+                view[:n] = memoryview(data)[at:at + n]  # one copy, into the reader's buffer
                 return n
         return 0
 

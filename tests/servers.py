@@ -1,6 +1,7 @@
 """Real servers for the remote tests: an HTTP server that honours Range requests and counts
 what it sends, a fault injector that sits between a client and any HTTP server, and moto's
-standalone S3 server in a process of its own."""
+standalone S3 server in a process of its own. `python tests/servers.py FOLDER` serves a folder
+(scripts/bench_remote.py)."""
 from __future__ import annotations
 
 import base64
@@ -109,7 +110,7 @@ class RangeHandler(BaseHTTPRequestHandler):
         with open(file, "rb") as f:
             f.seek(start)
             while start < end:
-                data = f.read(min(1 << 16, end - start))
+                data = f.read(min(256 << 10, end - start))
                 self.wfile.write(data)
                 start += len(data)
                 self.server.count(bytes=len(data))  # counted once written to the socket
@@ -248,3 +249,9 @@ class MotoServer:
             self.process.wait(10)
         except subprocess.TimeoutExpired:
             self.process.kill()
+
+
+if __name__ == "__main__":  # serve a folder: python tests/servers.py FOLDER (prints the URL)
+    served = range_server(sys.argv[1])
+    print(served.url, flush=True)
+    served.thread.join()

@@ -361,3 +361,19 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_bench_remote_script_compares_http_with_the_file(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(HERE.parent / "scripts"))
+    import bench_remote
+    path = numbered_archive(tmp_path / "a.tgz")
+    args = bench_remote.get_args_parser().parse_args(
+        ["--archive", path, "--seconds", "0.2", "--workers", "1", "--readers", "2",
+         "--batch-size", "16", "--out", str(tmp_path / "bench.json")])
+    rows = bench_remote.main(args)
+    http = {r["what"]: r for r in rows if r["source"] == "http"}
+    assert {r["source"] for r in rows} == {"local", "http"}
+    assert http["reader alone, stream"]["img_per_s"] > 0 and http["loader alone"]["img_per_s"] > 0
+    assert http["scan"]["fetched_per_byte"] <= 1.01
+    assert http["reader alone, regions"]["fetched_per_byte"] <= 1.1
+    assert json.loads((tmp_path / "bench.json").read_text())["rows"] == rows
