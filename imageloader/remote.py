@@ -477,13 +477,17 @@ class RemoteFile(io.RawIOBase):
         return None
 
     def _skip_cached(self) -> None:
-        # A region read again (the next epoch) may still have its first pieces here.
+        # The window's first bytes may still be here (the neighbouring region's last ones, or
+        # this region in the last epoch): kept as the newest, so that the pieces fetched next
+        # do not push them out before they are read.
         moved = True
         while moved:
             moved = False
             for start, data in self._pieces.items():
                 if start <= self._next < start + len(data):
+                    self._pieces.move_to_end(start)
                     self._next, moved = start + len(data), True
+                    break
 
     def _store(self, start: int, data: bytes, ahead: bool) -> None:
         if ahead and start == self._next:  # else the window moved meanwhile
