@@ -613,31 +613,59 @@ def open_region(region, threads: int | None = None) -> RegionStream:
 def share_scans(sources: Iterable, *, limits, inflate: str) -> None:
     """Under torch.distributed, rank 0 scans the remote archives that some rank's cache lacks
     and sends the sidecars and indexes to the ranks, which keep them in their own caches: the
-    scan fetches an archive once, not once per node. A collective: every rank must call it."""
+    scan fetches an archive once, not once per node. A collective: every rank must call it.
+    An error on any rank (a 404, say) is raised on all of them, so that none waits for it."""
     urls = [s for s in sources if isinstance(s, Url) and s.options.share_scans]
     import torch.distributed as dist
     if not urls or not (dist.is_available() and dist.is_initialized()) \
             or dist.get_world_size() < 2:
         return
     # A group of its own on gloo: NCCL's object collectives need each rank's CUDA device set,
-    # which a training script may do only after building its loaders.
-    # Rank 0 may scan for a long time (an archive of 140 GB) while the others wait.
+    # which a training script may do only after building its loaders. Rank 0 may scan for a
+    # long time (an archive of 140 GB) while the others wait.
     group = dist.new_group(backend="gloo", timeout=datetime.timedelta(hours=6))
     try:
-        lacking = [None] * dist.get_world_size()
-        dist.all_gather_object(lacking, [not _cached(u) for u in urls], group=group)
+        lacking = _on_every_rank(group, lambda: [not _cached(u) for u in urls])
         wanted = [i for i in range(len(urls)) if any(flags[i] for flags in lacking)]
         if not wanted:
             return
-        box = [[_scan_files(urls[i], limits, inflate) for i in wanted]
-               if dist.get_rank() == 0 else None]
-        dist.broadcast_object_list(box, src=0, group=group)
-        if dist.get_rank() != 0:
-            for i, files in zip(wanted, box[0]):
-                if lacking[dist.get_rank()][i]:
-                    _install(urls[i], *files)
+        files = _from_rank_0(group, lambda: [_scan_files(urls[i], limits, inflate)
+                                             for i in wanted])
+        rank = dist.get_rank()
+        for i, found in zip(wanted, files):
+            if rank != 0 and lacking[rank][i]:
+                _install(urls[i], *found)
     finally:
         dist.destroy_process_group(group)
+
+
+def _on_every_rank(group, work) -> list:
+    """work() on every rank: all the results, or the first rank's error raised on all."""
+    import torch.distributed as dist
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, _outcome(work), group=group)
+    for failed, value in everyone:
+        if failed:
+            raise value
+    return [value for _, value in everyone]
+
+
+def _from_rank_0(group, work):
+    """work() on rank 0, its result (or error) on every rank."""
+    import torch.distributed as dist
+    box = [_outcome(work) if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0, group=group)
+    failed, value = box[0]
+    if failed:
+        raise value
+    return value
+
+
+def _outcome(work) -> tuple[bool, object]:
+    try:
+        return False, work()
+    except Exception as error:  # raised on every rank by the caller
+        return True, error
 
 
 def _cached(url: Url) -> bool:

@@ -356,6 +356,36 @@ def test_two_torchrun_nodes_fetch_the_archive_about_once_per_epoch(served, tmp_p
     assert marks["built"]["bytes"] <= 1.1 * size  # one scan for both nodes
 
 
+@pytest.mark.timeout(120)
+def test_an_error_of_the_shared_scan_reaches_every_rank(served, tmp_path):
+    """Rank 0 meets the 404 while the other rank waits for its scan: both raise it, and
+    neither hangs in the collective."""
+    import torch.multiprocessing as mp
+    server, _ = served
+    with mp.Manager() as manager:
+        out = manager.dict()
+        mp.spawn(_shared_scan_rank, args=(2, _free_port(), f"{server.url}/nothere.tgz",
+                                          str(tmp_path), out), nprocs=2, join=True)
+        errors = dict(out)
+    assert sorted(errors) == [0, 1]
+    assert all("not found (HTTP 404)" in text and "nothere.tgz" in text
+               for text in errors.values())
+
+
+def _shared_scan_rank(rank: int, world: int, port: int, url: str, tmp: str, out) -> None:
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        try:  # both ranks lack the sidecar; rank 0 scans and meets the 404
+            ImageLoader(url, device="cpu", workers=0,
+                        options=Options(remote=RemoteOptions(cache_dir=f"{tmp}/c{rank}")))
+        except RemoteError as error:
+            out[rank] = str(error)
+    finally:
+        dist.destroy_process_group()
+
+
 def _free_port() -> int:
     import socket
     with socket.socket() as s:
