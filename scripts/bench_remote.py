@@ -50,7 +50,7 @@ def scan(source, size: int) -> dict:
 
 def reader_alone(plan: ReadPlan, order: tuple, seconds: float, size: int) -> dict:
     before, opened = remote.counters(), {}
-    t0, n = time.perf_counter(), 0
+    t0, cpu0, n = time.perf_counter(), time.process_time(), 0
     try:
         for _ in plan.tasks(0, order, Counter(), {}, opened=opened):
             n += 1
@@ -59,7 +59,11 @@ def reader_alone(plan: ReadPlan, order: tuple, seconds: float, size: int) -> dic
     finally:
         for stream in opened.values():
             stream.close()
-    return {"img_per_s": round(n / (time.perf_counter() - t0)), **_fetched(before, size)}
+    # CPU of this process, all threads (inflater, fetch, HTTP client): steadier than the rate
+    # where other programs share the cores.
+    cpu = 1e6 * (time.process_time() - cpu0) / max(n, 1)
+    return {"img_per_s": round(n / (time.perf_counter() - t0)), "cpu_us_per_img": round(cpu),
+            **_fetched(before, size)}
 
 
 def loader_alone(source, args, cache: str, size: int) -> dict:
@@ -137,14 +141,17 @@ def main(args) -> list[dict]:
 
 def _table(rows: list[dict]) -> None:
     local = {r["what"]: r for r in rows if r["source"] == "local"}
-    print(f"\n{'':28s} {'local':>10s} {'http':>10s} {'http/local':>10s}  fetched/byte")
+    print(f"\n{'':32s} {'local':>10s} {'http':>10s} {'http/local':>10s}  fetched/byte")
     for row in (r for r in rows if r["source"] == "http"):
-        mine, theirs = row.get("img_per_s", row.get("MB_per_s")), local.get(row["what"], {})
-        other = theirs.get("img_per_s", theirs.get("MB_per_s"))
-        unit = "img/s" if "img_per_s" in row else "MB/s"
-        ratio = f"{mine / other:10.2f}" if other else f"{'':>10s}"
-        print(f"{row['what'] + ' (' + unit + ')':28s} {other or 0:10.0f} {mine:10.0f} {ratio}"
-              f"  {row.get('fetched_per_byte', '')}")
+        theirs = local.get(row["what"], {})
+        for key, unit in (("MB_per_s", "MB/s"), ("img_per_s", "img/s"),
+                          ("cpu_us_per_img", "CPU us/img")):
+            if key not in row:
+                continue
+            mine, other = row[key], theirs.get(key)
+            ratio = f"{mine / other:10.2f}" if other else f"{'':>10s}"
+            print(f"{row['what'] + ' (' + unit + ')':32s} {other or 0:10.0f} {mine:10.0f} "
+                  f"{ratio}  {row.get('fetched_per_byte', '') if key != 'cpu_us_per_img' else ''}")
 
 
 def get_args_parser() -> argparse.ArgumentParser:
