@@ -150,7 +150,7 @@ def _target(archive: str, setting: PlainCopy) -> str | None:
         if folder != (os.path.dirname(archive) or "."):
             with contextlib.suppress(OSError):
                 os.makedirs(folder, exist_ok=True)
-        if not os.access(folder, os.W_OK):
+        if not _writable(folder):
             continue
         room = _room(folder, setting)
         if room >= need:
@@ -158,6 +158,10 @@ def _target(archive: str, setting: PlainCopy) -> str | None:
         log.info("no plain copy of %s in %s: it needs ~%.1f GB, the limit leaves %.1f GB",
                  archive, folder, need / 1e9, max(room, 0) / 1e9)
     return None
+
+
+def _writable(folder: str) -> bool:
+    return os.access(folder, os.W_OK)
 
 
 def _room(folder: str, setting: PlainCopy) -> float:
