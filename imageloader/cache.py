@@ -155,7 +155,8 @@ def _target(archive: str, setting: PlainCopy) -> str | None:
         room = _room(folder, setting)
         if room >= need:
             return copy
-        log.info("no plain copy of %s in %s: it needs ~%.1f GB, the limit leaves %.1f GB",
+        log.info("imageloader: no plain copy of %s in %s: it needs ~%.1f GB, the limit "
+                 "leaves %.1f GB",
                  archive, folder, need / 1e9, max(room, 0) / 1e9)
     return None
 
@@ -188,21 +189,21 @@ class _CopyWriter:
         if self.problem is not None:
             return
         if offset != self.written:
-            self._give_up(f"the stream skipped from {self.written} to {offset}")
+            self.give_up(f"the stream skipped from {self.written} to {offset}")
             return
         if self.written + len(block) > self.room:
-            self._give_up(f"it grew past the {self.room / 1e9:.2f} GB the limit leaves")
+            self.give_up(f"it grew past the {self.room / 1e9:.2f} GB the limit leaves")
             return
         size = len(block)
         try:
             while block:
                 block = block[self.file.write(block):]
         except OSError as error:  # a full disk, say
-            self._give_up(str(error))
+            self.give_up(str(error))
             return
         self.written += size
 
-    def _give_up(self, problem: str) -> None:
+    def give_up(self, problem: str) -> None:
         self.problem = problem
         self.file.close()
         with contextlib.suppress(OSError):
@@ -227,10 +228,10 @@ def _write(archive: str, target: str, setting: PlainCopy, limits: Limits,
         else:
             _inflate_into(writer, archive, inflate)
     except Exception as error:  # a damaged archive: reading it will say so where it is read
-        writer._give_up(f"{type(error).__name__}: {error}")
+        writer.give_up(f"{type(error).__name__}: {error}")
     complete = writer.finish()
     if complete and file_stamp(archive) != stamp:
-        writer._give_up("the archive changed while it was copied")
+        writer.give_up("the archive changed while it was copied")
         complete = False
     if not complete:
         log.info("imageloader: no plain copy of %s: %s", archive, writer.problem)
@@ -246,7 +247,8 @@ def _write(archive: str, target: str, setting: PlainCopy, limits: Limits,
 def _inflate_into(writer: _CopyWriter, archive: str, inflate: str) -> None:
     """Inflate the whole archive into the writer, with every core the inflater can use; the
     stream read to its end is what verifies gzip's CRC and length."""
-    stream = open_stream(archive, inflate, threads=_cores())
+    # Bounded: rapidgzip holds a few chunks in memory per thread.
+    stream = open_stream(archive, inflate, threads=min(16, _cores()))
     try:
         block, offset = bytearray(_BLOCK), 0
         while writer.problem is None:

@@ -30,7 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from imageloader.cache import PlainCopy, ensure_copy, on_copy  # noqa: E402
-from imageloader.read import available_inflaters, iter_members, open_region, open_stream  # noqa: E402
+from imageloader.read import (available_inflaters, iter_members, open_region,  # noqa: E402
+                              open_stream)
 from imageloader.vocab import archive_regions, cached_image_count  # noqa: E402
 
 _BLOCK = 4 << 20

@@ -22,7 +22,7 @@ from imageloader.errors import ArchiveError
 from imageloader.cache import PlainCopy, ensure_copy, find_copy, on_copy, plain_copies
 from imageloader.read import available_inflaters, iter_members
 from imageloader.vocab import Vocabulary, archive_regions, sidecar_path
-from test_index import epoch_ids, ids, padded_archive
+from test_index import epoch_ids, padded_archive
 
 REPO = Path(__file__).resolve().parents[1]
 GZIP_REGIONS = "rapidgzip" in available_inflaters()
