@@ -306,6 +306,23 @@ def test_an_unwritable_folder_puts_the_copy_in_the_cache_folder(tmp_path, monkey
     assert find_copy(path, PlainCopy(folder=str(chosen))) == copy
 
 
+@pytest.mark.parametrize("inflater", available_inflaters())
+@pytest.mark.parametrize("sidecar", [False, True], ids=["by-scan", "by-pass"])
+def test_a_gzip_checksum_mismatch_means_no_copy(tmp_path, inflater, sidecar):
+    """The copy is trusted by its key because its bytes passed gzip's CRC as they were written:
+    by the scan or, with a fresh sidecar, by the inflate pass, whatever the inflater."""
+    path = write_archive(tmp_path / "a.tgz", labeled_files(2, 3))
+    if sidecar:
+        Vocabulary.from_archives(path, inflate=inflater)
+    stamp = os.stat(path)
+    blob = bytearray(Path(path).read_bytes())
+    blob[-8] ^= 1  # the trailer's CRC-32: every byte inflates, the check fails at the end
+    Path(path).write_bytes(bytes(blob))
+    os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # the sidecar stays fresh
+    assert ensure_copy(path, inflate=inflater) is None
+    assert plain_files(tmp_path) == ["a.tgz.plain.tar.lock"]
+
+
 @pytest.mark.filterwarnings("ignore:epoch 0. skipped")
 def test_a_damaged_archive_gets_no_copy_and_still_fails_where_it_is_read(tmp_path):
     path = padded_archive(tmp_path / "a.tgz")
