@@ -28,7 +28,7 @@ if MAX_CONNECTIONS not in os.environ and not (
 
 _EXPORTS = {
     "ImageLoader": "loader", "Options": "loader", "LoaderStats": "loader",
-    "Vocabulary": "vocab",
+    "Vocabulary": "vocab", "PlainCopy": "cache",
     "Prefetcher": "prefetch", "Normalize": "prefetch",
     "BufferPool": "pool",
     "Parallel": "parallel",

@@ -28,6 +28,7 @@ import torch
 
 from . import MAX_CONNECTIONS
 from .batch import FALLBACK, Counted, fill_batch
+from .cache import PlainCopy, on_copy, plain_copies
 from .decode import ALLOWED_FORMATS, Augment, Decoder, JpegPacker
 from .gpudecode import GpuDecode, Packed
 from .gpujpeg import available as gpu_jpeg_decoders
@@ -58,6 +59,10 @@ class Options:
                                         # None: see _default_readers
     regions: bool = True                # training from fewer archives than readers: split
                                         # them into regions that readers inflate separately
+    plain_copy: PlainCopy | None = PlainCopy()  # gzip archives are inflated once, into an
+                                        # uncompressed copy that every epoch reads (cache.py;
+                                        # by default beside the archive, if 10% of the disk
+                                        # stays free); None: inflate every epoch
     timeout: float = 300.0              # seconds without any batch before erroring out
     lookahead: bool = True              # start reading epoch e+1 as soon as e is fully read
     cpu_share: float | str | None = None  # decode="cuda": share of the images the packers
@@ -183,6 +188,9 @@ class ImageLoader:
         self.device = resolve_device(device)
         self.workers = default_workers() if workers is None else int(workers)
         self.shuffle_buffer = (4096 if train else 1) if shuffle_buffer is None else shuffle_buffer
+        # Before the vocabulary: where it must be scanned, the scan writes the copy as well.
+        self._copies = plain_copies(self.sources, options.plain_copy, limits=options.limits,
+                                    inflate=options.inflate)
         self.vocab = as_vocabulary(vocab) or Vocabulary.from_archives(
             self.sources, limits=options.limits, inflate=options.inflate)
         self.decoder = Decoder(Augment.make(size, train), mode=mode, limits=options.limits,
@@ -350,7 +358,8 @@ class ImageLoader:
     def _iterate(self, epoch: int, resume: dict | None = None):
         self._ensure_started()
         self.stats = LoaderStats(epoch=epoch, decode=self.decode_name, workers=self.workers,
-                                 inflate=_inflater_name(self.sources, self.options))
+                                 inflate=_inflater_name(self.sources, self.options,
+                                                        self._copies))
         progress = self._progress = _Progress.start(epoch, self.workers, resume)
         self.stats.skipped.update(progress.skipped)
         started = time.perf_counter()
@@ -492,7 +501,7 @@ class ImageLoader:
         o = self.options
         # Ranks that read different archives need no per-image share of them.
         world = 1 if self.split_by_archive else self.world_size
-        parts = self._parts()
+        parts = tuple(on_copy(part, self._copies) for part in self._parts())
         shuffle, threads = self.shuffle_buffer, o.inflate_threads
         if len(parts) > len(self.sources):
             # Regions come in a new random order every epoch: the readers' buffers together
@@ -734,9 +743,11 @@ def _distributed(options: Options) -> tuple[int, int]:
     return rank, world
 
 
-def _inflater_name(sources, options: Options) -> str:
+def _inflater_name(sources, options: Options, copies: dict) -> str:
     from .read import choose_inflater
     paths = [s for s in sources if not hasattr(s, "read")]
+    if paths and all(os.fspath(p) in copies for p in paths):
+        return "none (plain copy)"
     try:
         return choose_inflater(options.inflate, seekable_path=bool(paths))
     except (ImportError, ValueError):

@@ -238,6 +238,7 @@ class _Blocks:
         self._store = bytearray()
         self.origin = origin  # where `stream` (and a reopened one) starts: a region's start
         self.buf, self.pos, self.base = memoryview(b""), 0, origin  # base: offset of buf[0]
+        self.tee = None  # told (offset, block) of every block read (iter_members)
 
     def tell(self) -> int:
         return self.base + self.pos
@@ -256,6 +257,8 @@ class _Blocks:
             self._read_on_in_small_steps()
             got = self._read_into(memoryview(self._store)[:max(self.chunk, need)])
         self.buf, self.pos = memoryview(self._store)[:got], 0
+        if self.tee is not None and got:
+            self.tee(self.base, self.buf)
         return got > 0
 
     def _read_into(self, view: memoryview) -> int:
@@ -451,13 +454,15 @@ def _validated_name(name: str, limits: Limits) -> tuple[str, str | None]:
 
 def iter_members(source: Source | Region, *, skipped: Counter, limits: Limits = Limits(),
                  read_data: bool = True, inflate: str = "auto", threads: int | None = None,
-                 recorder=None, opened: dict | None = None) -> Iterator[Member]:
+                 recorder=None, opened: dict | None = None, tee=None) -> Iterator[Member]:
     """Yield the image members of one archive (or one region of it) in stream order; count
     everything else.
 
     `recorder` (the scan's, see index.py) is told every header where a region could start and
     gets the stream at the end. `opened` keeps region streams open between regions of the
-    same archive (their index is loaded once); the caller closes them.
+    same archive (their index is loaded once); the caller closes them. `tee(offset, block)`
+    is given every block of the (inflated) tar stream as it is read: the plain copy
+    (cache.py) is written from the scan this way, without inflating a second time.
     """
     archive = source_name(source)
     region = source if isinstance(source, Region) else None
@@ -473,7 +478,7 @@ def iter_members(source: Source | Region, *, skipped: Counter, limits: Limits = 
             (lambda: open_region(region, threads)) if region
             else (lambda: open_stream(source, inflate, threads)))
         yield from _walk(stream, archive, skipped, limits, read_data, state, reopen, region,
-                         recorder)
+                         recorder, tee)
         if recorder is not None:
             recorder.finish(stream)
     except ArchiveError:
@@ -525,11 +530,12 @@ def _is_gzip(source) -> bool:
 
 
 def _walk(stream, archive, skipped, limits, read_data, state, reopen, region,
-          recorder) -> Iterator[Member]:
+          recorder, tee=None) -> Iterator[Member]:
     # A stream given by the caller cannot be opened again to locate damage: read it in small
     # steps from the start, as tarfile does.
     blocks = _Blocks(stream, reopen, _READ_CHUNK if reopen else _LOCATE_CHUNK,
                      region.start if region else 0)
+    blocks.tee = tee
     try:
         yield from _walk_blocks(blocks, archive, skipped, limits, read_data, state,
                                 region.end if region else None, recorder)

@@ -128,8 +128,14 @@ def archive_regions(path: str, *, limits: Limits = Limits(),
     return regions_from(path, payload)
 
 
+def scan_archive(path: str, *, tee, limits: Limits = Limits(), inflate: str = "auto") -> dict:
+    """Scan now, even with a fresh sidecar, and write the sidecar; `tee` is given the tar
+    stream as it is inflated (the plain copy, cache.py: one inflate for both)."""
+    return _scan(path, limits, inflate, True, again=True, tee=tee)
+
+
 def _scan(path: str, limits: Limits, inflate: str, write_sidecar: bool,
-          again: bool = False) -> dict:
+          again: bool = False, tee=None) -> dict:
     """The fresh sidecar's content, or a scan's (written as the sidecar)."""
     stamp = file_stamp(path)
     cached = None if again else _read_sidecar(sidecar_path(path), stamp)
@@ -139,7 +145,7 @@ def _scan(path: str, limits: Limits, inflate: str, write_sidecar: bool,
     recorder = recorder_for(path, inflate) if write_sidecar else None
     counts = Counter(m.label for m in iter_members(path, skipped=skipped, limits=limits,
                                                    read_data=False, inflate=inflate,
-                                                   recorder=recorder))
+                                                   recorder=recorder, tee=tee))
     regions = recorder.payload(sum(counts.values()), skipped) if recorder else None
     payload = {"format": _FORMAT, "archive": stamp, "classes": dict(sorted(counts.items())),
                "skipped": dict(sorted(skipped.items())), "regions": regions}
