@@ -1,6 +1,6 @@
 """Inflate rate per core, and the plain copy (imageloader/cache.py) read instead; no GPU needed.
 
-    python scripts/bench_inflate.py --archive bench-data/photos.tgz
+    python scripts/bench_inflate.py --archive bench-data/photos.tgz [--sample-mb 500]
 
 Rows (MB are of the tar stream, 1e6 bytes; "per core" is MB per CPU-second of this process,
 inflater threads included, so it holds on a busy machine where wall-clock rates do not):
@@ -70,12 +70,20 @@ def _read(stream, limit: int | None = None) -> int:
     return n
 
 
-def inflate_rows(archive: str) -> dict:
+def inflate_rows(archive: str, limit: int | None = None) -> dict:
     rows = {}
     for name in available_inflaters():
         threads = 1 if name == "rapidgzip" else None
-        rows[name] = _timed(lambda: _drain(open_stream(archive, name, threads=threads)))
+        rows[name] = _timed(lambda: _drain(open_stream(archive, name, threads=threads), limit))
     return rows
+
+
+def sample_of(regions: list, sizes: list[int], limit: int | None) -> tuple[list, list]:
+    """Regions spread over the archive (every k-th) holding about `limit` bytes."""
+    if not limit or sum(sizes) <= limit:
+        return regions, sizes
+    step = max(1, round(sum(sizes) / limit))
+    return regions[::step], sizes[::step]
 
 
 def region_bytes(regions, total: int) -> list[int]:
@@ -98,10 +106,12 @@ def read_regions(regions, sizes) -> int:
     return n
 
 
-def walk(source) -> dict:
+def walk(source, limit: int | None = None) -> dict:
     images, t0, cpu = 0, time.perf_counter(), _cpu()
     for _ in iter_members(source, skipped=Counter()):
         images += 1
+        if limit and images == limit:
+            break
     wall, cpu = time.perf_counter() - t0, _cpu() - cpu
     return {"img_per_s": round(images / wall), "img_per_cpu_s": round(images / max(cpu, 1e-9))}
 
@@ -113,8 +123,9 @@ def main(args) -> dict:
     folder = args.copy_folder or tempfile.mkdtemp(prefix="bench-plain-",
                                                   dir=os.path.dirname(os.path.abspath(archive)))
     setting = PlainCopy(folder=folder, keep_free=0.0)
+    limit = int(args.sample_mb * 1e6) or None
     result: dict = {"archive": archive, "images": images, "cores": args.cores,
-                    "inflate": inflate_rows(archive)}
+                    "sample_mb": args.sample_mb, "inflate": inflate_rows(archive, limit)}
     try:
         written: list = []
         copy_write = _timed(lambda: os.path.getsize(written.append(
@@ -127,18 +138,21 @@ def main(args) -> dict:
         result["bytes_per_image"] = round(total / images)
         result["copy_read"] = {"whole": _timed(lambda: _drain(open(copy, "rb", buffering=0)))}
         if regions:
-            sizes = region_bytes(regions, total)
+            regions, sizes = sample_of(regions, region_bytes(regions, total), limit)
             moved = [on_copy(r, {archive: copy}) for r in regions]
             result["regions"] = {"count": len(regions),
                                  "rapidgzip_1_thread": _timed(lambda: read_regions(regions,
                                                                                    sizes))}
             result["copy_read"]["regions"] = _timed(lambda: read_regions(moved, sizes))
-        result["walk"] = {"tgz": walk(archive), "copy": walk(copy)}
+        count = limit and round(limit / result["bytes_per_image"])
+        result["walk"] = {"tgz": walk(archive, count), "copy": walk(copy, count)}
         result["ceiling"] = ceilings(result, args.cores)
     finally:
         if not args.copy_folder and not args.keep:
             shutil.rmtree(folder, ignore_errors=True)
     print(json.dumps(result, indent=1))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1))
     return result
 
 
@@ -162,6 +176,10 @@ def get_args_parser() -> argparse.ArgumentParser:
                         "archive, removed afterwards); a copy already there is reused, and "
                         "copy_write then times only finding it")
     p.add_argument("--keep", action="store_true", help="keep the temporary copy")
+    p.add_argument("--sample-mb", type=float, default=0,
+                   help="inflate, read regions and walk only about this many MB of each "
+                        "(0: everything); the copy is always written whole")
+    p.add_argument("--out", help="also write the JSON here")
     return p
 
 
