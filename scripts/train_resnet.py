@@ -31,7 +31,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from imageloader import ImageLoader, Normalize
+from imageloader import ImageLoader, Normalize, configure_cuda_queues
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when loaded by path in tests
 from ranks import setup_distributed  # noqa: E402
@@ -398,4 +398,7 @@ def fit(model, train, val, ckpt, out_dir: Path, args) -> dict:
 
 
 if __name__ == "__main__":
-    main(get_args_parser().parse_args())
+    arguments = get_args_parser().parse_args()
+    if arguments.decode != "cpu":
+        configure_cuda_queues()  # before CUDA starts: GPU decoding waits less behind training
+    main(arguments)
