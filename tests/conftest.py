@@ -105,7 +105,9 @@ def torchrun(script, *flags: str, ranks: int = 2, timeout: int = 170):
     outnumber the GPUs (the case that used to ask for cuda:1 on a one-GPU host)."""
     import torch
 
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}  # this checkout's package
     if torch.cuda.is_available():
         env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
     with socket.socket() as s:
