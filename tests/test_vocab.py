@@ -73,10 +73,18 @@ def test_unknown_label_message_names_class_member_and_archive():
     assert "n999" in str(error) and "val/n999/x.jpg" in str(error) and "val.tgz" in str(error)
 
 
-def test_empty_archive_has_no_vocabulary(tmp_path):
-    path = write_archive(tmp_path / "a.tgz", [("readme.txt", b"hi")])
-    with pytest.raises(ValueError, match="no images"):
-        Vocabulary.from_archives(path)
+def test_no_images_says_what_was_skipped_and_what_layout_is_read(tmp_path):
+    files = [("a.jpg", solid(1)), ("b.jpg", solid(2)), ("t/c/readme.txt", b"hi"),
+             ("t/c/._x.jpg", b"x")]  # flat images: no class folder to take a label from
+    path = write_archive(tmp_path / "flat.tgz", files)
+    empty = write_archive(tmp_path / "empty.tgz", [])
+    for attempt in ("scan", "sidecar"):
+        with pytest.raises(ValueError) as info:
+            Vocabulary.from_archives([path, empty])
+        message = str(info.value)
+        assert f"no images found in {path} (skipped no_class_folder: 2, macos_metadata: 1, " \
+               f"not_image: 1); {empty} (no members)" in message, (attempt, message)
+        assert "<split>/<class>/<file> or <class>/<file>" in message and ".jpg" in message
 
 
 def _encoded_archive(path, files, encoding: str, fmt: int) -> str:
