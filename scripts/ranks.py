@@ -32,10 +32,12 @@ def rank_device(local_rank: int, local_world: int, gpus: int) -> tuple[str, str]
 def setup_distributed(use_cuda: bool = True) -> tuple[int, int, torch.device | None]:
     """Under torchrun (WORLD_SIZE > 1): join the process group on this rank's device and return
     (rank, world size, device). Outside torchrun: (0, 1, None), nothing is started."""
-    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
         return 0, 1, None
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    # torchrun sets LOCAL_WORLD_SIZE; a launcher that does not: assume one host (the safe side)
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     gpus = torch.cuda.device_count() if use_cuda else 0
     device, backend = rank_device(local, local_world, gpus)
     if device.startswith("cuda"):
