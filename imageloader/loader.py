@@ -227,10 +227,10 @@ class ImageLoader:
             self.cpu_share = FixedShare(0.0)
         log.info("imageloader: decoding on %s", self.decode_name)
         if self.decode == "cuda" and MAX_CONNECTIONS not in os.environ:
-            log.warning("imageloader: CUDA started before imageloader was imported, with its "
-                        "default 8 hardware queues: GPU decoding then waits behind training "
-                        "kernels (ResNet-18: ~78%% instead of ~92%% of its rate). Import "
-                        "imageloader first, or set %s=32 before CUDA starts.", MAX_CONNECTIONS)
+            log.warning("imageloader: decode='cuda' with CUDA's default 8 hardware queues: "
+                        "GPU decoding then waits behind training kernels (ResNet-18: ~78%% "
+                        "instead of ~92%% of its rate). Call imageloader.configure_cuda_queues() "
+                        "before CUDA starts, or set %s=32.", MAX_CONNECTIONS)
         self.stats = LoaderStats(decode=self.decode_name, workers=self.workers)
         self._next_epoch = 0
         self._resume: dict | None = None
