@@ -1,6 +1,7 @@
 """decode="cuda": packing on the CPU side, the GPU stage's geometry, and (on a GPU host) nvJPEG."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -126,14 +127,24 @@ def packed_batch(files, augment, arena=1 << 20):
 
 
 def cpu_jpeg_decoder():
-    from torchvision.io import ImageReadMode, decode_jpeg
-    return "torchvision cpu", lambda datas, device, mode: [
-        decode_jpeg(d, mode=ImageReadMode.RGB) for d in datas]
+    """libjpeg through Pillow in nvJPEG's place, failing as nvJPEG does (RuntimeError).
+    Not torchvision.io.decode_jpeg: deprecated since torchvision 0.29."""
+    def decode(datas, device, mode):
+        images = []
+        for data in datas:
+            try:
+                with Image.open(io.BytesIO(data.numpy().tobytes()), formats=("JPEG",)) as img:
+                    pixels = np.array(img.convert(mode))
+            except (OSError, ValueError) as error:
+                raise RuntimeError(f"not decodable: {error}") from error
+            images.append(torch.from_numpy(pixels.reshape(*pixels.shape[:2], -1)).permute(2, 0, 1))
+        return images
+    return "pillow cpu", decode
 
 
 @pytest.mark.parametrize("train", [False, True])
 def test_gpu_stage_geometry_matches_the_cpu_path(train):
-    """Runs the GPU stage's code on the CPU (libjpeg via torchvision instead of nvJPEG)."""
+    """Runs the GPU stage's code on the CPU (libjpeg via Pillow instead of nvJPEG)."""
     sizes = [(300, 200), (120, 90), (300, 200), (90, 160), (300, 200)]  # groups of equal size
     files = [photo(seed, size) for seed, size in enumerate(sizes)]
     augment = Augment.make(64, train)
