@@ -55,9 +55,10 @@ def pins(project: dict) -> dict[str, tuple[str, str]]:
     found: dict[str, tuple[str, str]] = {}
     for requirement in requirements(project):
         name, version = canonicalize_name(requirement.name), lower_bound(requirement)
-        if name in found and Version(found[name][0]) != Version(version):
+        if name not in found:
+            found[name] = (version, str(requirement.marker or ""))
+        elif Version(found[name][0]) != Version(version):
             raise ValueError(f"{name} has two lower bounds: {found[name][0]} and {version}")
-        found[name] = (version, str(requirement.marker or ""))
     return found
 
 
