@@ -51,6 +51,7 @@ class Rebatched(NamedTuple):
     counts: Counter     # of the pieces this batch is the first to draw from
     mark: dict | None   # where the producer stands after the last piece handed out whole
     rows: int           # rows of the piece after that one already handed out
+    share: float | None = None  # the CPU share its last piece was decoded with (share.py)
 
 
 def rebatch(pieces: Iterable[Piece], size: int, *, drop_last: bool, mark: dict | None = None,
@@ -74,8 +75,9 @@ def rebatch(pieces: Iterable[Piece], size: int, *, drop_last: bool, mark: dict |
         else:
             counts.update(piece.info["counts"])
         rows = len(piece.labels) - first
+        share = piece.info.get("cpu_share")
         if not held and first == 0 and rows == size:  # the fast path: a full buffer as is
-            yield Rebatched(piece.images, piece.labels, counts, piece.info["mark"], 0)
+            yield Rebatched(piece.images, piece.labels, counts, piece.info["mark"], 0, share)
             mark, counts = piece.info["mark"], Counter()
             continue
         held.append([piece, first])
@@ -83,11 +85,11 @@ def rebatch(pieces: Iterable[Piece], size: int, *, drop_last: bool, mark: dict |
         while n_held >= size:
             images, labels, mark = _take(held, size, mark)
             n_held -= size
-            yield Rebatched(images, labels, counts, mark, held[0][1] if held else 0)
+            yield Rebatched(images, labels, counts, mark, held[0][1] if held else 0, share)
             counts = Counter()
     if n_held and not drop_last:
         images, labels, mark = _take(held, n_held, mark)
-        yield Rebatched(images, labels, counts, mark, 0)
+        yield Rebatched(images, labels, counts, mark, 0, share)
         counts = Counter()
     if leftover is not None:
         leftover.update(counts)
@@ -139,16 +141,18 @@ class GpuStep:
         self.gpu = gpu
 
     def __call__(self, packed) -> Piece:
-        info = dict(packed.buf.meta)
+        buf = packed.buf
+        info = {**buf.meta, "cpu_share": float(buf.arrays.cpu_share[0])}
         images, labels = self.gpu(packed)   # may be short: images neither decoder could take
         counts = Counter(info.get("counts", {}))
         counts.update(self.gpu.take_counts())   # only this thread calls the decoder
-        return Piece(images, labels, {"mark": info.get("mark"), "counts": dict(counts)})
+        return Piece(images, labels, {**info, "counts": dict(counts)})
 
 
 def host_piece(buf) -> Piece:
-    """A CPU-decoded buffer as the prefetcher's input: views of its valid rows."""
-    return Piece(*buf.views(), dict(buf.meta))
+    """A CPU-decoded buffer as the prefetcher's input: views of its valid rows, its mark and
+    counts, and the CPU share it was stamped with (a trial compares shares by their batches)."""
+    return Piece(*buf.views(), {**buf.meta, "cpu_share": float(buf.arrays.cpu_share[0])})
 
 
 # ---- the iterator ------------------------------------------------------------------------
@@ -240,8 +244,10 @@ class _EpochRun:
         out = next(made, None)
         waited = time.perf_counter() - t0
         self.stats.wait_s += waited
-        self.share.observe(waited)
+        if out is not None:
+            self.share.observe(waited, out.share)
         self.stats.cpu_share = self.share.share
+        self.stats.share_rates = self.share.rates
         prefetcher, position = self.runtime.prefetcher, self.position
         if out is None:
             if self.steps is None or last is None:

@@ -33,7 +33,8 @@ from . import MAX_CONNECTIONS
 from .decode import ALLOWED_FORMATS, Augment, Decoder, JpegPacker
 from .epoch import EpochIterator, GpuStep, OnDevice, host_piece
 from .errors import Limits, check_policy
-from .gpudecode import GpuDecode, Packed, find_jpeg_decoder
+from .gpudecode import GpuDecode, Packed
+from .gpujpeg import available as gpu_jpeg_decoders
 from .plan import Plan, Position, Settings, check_resume, cores, make_plan
 from .pool import BufferPool
 from .prefetch import Normalize, Prefetcher, resolve_device
@@ -63,16 +64,20 @@ class Options:
                                         # them into regions that readers inflate separately
     timeout: float = 300.0              # seconds without any batch before erroring out
     lookahead: bool = True              # start reading epoch e+1 as soon as e is fully read
-    cpu_share: float | str = 0.0        # decode="cuda": share of the images the packers
+    cpu_share: float | str | None = None  # decode="cuda": share of the images the packers
                                         # decode on the CPU instead (they reach the GPU as
                                         # pixels), for models that keep the GPU busy; "auto":
                                         # steered while training (share.py): which images go
                                         # which way then depends on timing, and the two
-                                        # paths' pixels differ by a level or two
+                                        # paths' pixels differ by a level or two. None: 0,
+                                        # or with decode="auto" a trial of 0 against 1
     switch_interval: float | None = None  # decode="cuda": sys.setswitchinterval while the
                                         # decode threads run, e.g. 2e-4 when the training loop
                                         # is mostly Python (prefetch.py says why); None: the
                                         # interpreter's (5 ms)
+    gpu_decoder: str = "auto"           # decode="cuda": "nvimgcodec", "torchcodec",
+                                        # "torchvision", or "auto": the first of those
+                                        # installed (the fastest measured, gpujpeg.py)
     gpu_crop: str = "auto"              # decode="cuda", training crops: "triton" (one
                                         # kernel per batch, gpucrop.py), "roi_align"
                                         # (torchvision ops), "auto": triton where it runs
@@ -109,6 +114,8 @@ class LoaderStats:
     fallbacks: Counter = field(default_factory=Counter)  # decode="cuda": CPU-decoded, by why
     padded: int = 0                     # batches repeated so that ranks take equal steps
     cpu_share: float = 0.0              # decode="cuda": the share batches are given now
+    share_rates: dict = field(default_factory=dict)  # decode="auto": batches/s the consumer
+                                        # took with each share in the trial (share.py)
 
     def as_dict(self) -> dict:
         out = dict(self.__dict__)
@@ -146,9 +153,11 @@ class ImageLoader:
             replaces the crop/flip preset.
         normalize: True (ImageNet mean/std, float32, channels_last), a `Normalize`, or False
             for uint8 batches.
-        decode: "cpu" (Pillow in worker processes), "cuda" (nvJPEG on the GPU; workers only
-            pack bytes) or "auto" (cuda when the device is CUDA and a GPU JPEG decoder is
-            installed). `loader.stats.decode` says which was chosen.
+        decode: "cpu" (Pillow in worker processes), "cuda" (a GPU JPEG decoder; workers only
+            pack bytes) or "auto" (the default: where the device is CUDA and a GPU JPEG
+            decoder is installed, GPU and CPU decoding are each timed on the first batches of
+            training and the one that feeds this model faster is kept (share.py); else cpu).
+            `loader.stats.decode` and `loader.stats.cpu_share` say what was chosen.
         options: an `Options` with limits, error policies, inflater and distribution settings.
     """
 
@@ -158,7 +167,7 @@ class ImageLoader:
                  workers: int | None = None, prefetch: int = 2, seed: int = 0,
                  shuffle_buffer: int | None = None, drop_last: bool = False,
                  mode: str = "RGB", transform: Callable | None = None,
-                 normalize: bool | Normalize = True, decode: str = "cpu",
+                 normalize: bool | Normalize = True, decode: str = "auto",
                  options: Options | None = None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -176,11 +185,15 @@ class ImageLoader:
                                formats=options.formats, transform=transform)
         self.normalize = Normalize() if normalize is True else (normalize or None)
         self.rank, self.world_size = _distributed(options)
-        self.decode, jpeg = _choose_decode(decode, self.device, transform)
+        self.decode, jpeg = _choose_decode(decode, self.device, transform, mode,
+                                           options.gpu_decoder)
+        trial = decode == "auto" and self.decode == "cuda" and options.cpu_share is None
         if self.decode == "cuda" and workers is None:
             # Packing bytes is cheap, but each packer is fed by its own region reader (below),
-            # and on the GPU host 8 readers were needed to inflate ~15k images/s.
-            self.workers = min(8, self.workers)
+            # and on the GPU host 8 readers were needed to inflate ~15k images/s. A trial of
+            # CPU decoding (decode="auto") needs as many packers as the CPU path has workers:
+            # a multiple of 8, so that 8 readers feed them evenly.
+            self.workers = -(-self.workers // 8) * 8 if trial else min(8, self.workers)
         # The device step must not refer back to the loader: a reference cycle would leave
         # CUDA objects for the garbage collector, which may then run in a forked child.
         if self.decode == "cuda":
@@ -191,9 +204,7 @@ class ImageLoader:
                                          switch_interval=options.switch_interval,
                                          priority=options.stream_priority)
             self._fill = JpegPacker(self.decoder)
-            self.cpu_share = share_control(options.cpu_share)
-            crops = f", crops: {self._gpu.crop}" if train else ""
-            self.decode_name = f"cuda ({jpeg[0]}{crops})"
+            self.cpu_share = share_control(options.cpu_share, trial=trial)
         else:
             self._gpu = None
             self.prefetcher = Prefetcher((), self.device, prefetch=prefetch,
@@ -202,7 +213,6 @@ class ImageLoader:
             self._fill = self.decoder
             check_share(options.cpu_share)  # a bad value is an error whatever the decode
             self.cpu_share = FixedShare(0.0)
-            self.decode_name = "cpu (Pillow)"
         log.info("imageloader: decoding on %s", self.decode_name)
         if self.decode == "cuda" and MAX_CONNECTIONS not in os.environ:
             log.warning("imageloader: CUDA started before imageloader was imported, with its "
@@ -392,6 +402,14 @@ class ImageLoader:
             self._finalizer()  # Runtime.close: the live epoch first, its threads read buffers
         self._runtime = None
 
+    @property
+    def decode_name(self) -> str:
+        """Where and with what images are decoded, e.g. "cuda (nvimgcodec, crops: triton)"."""
+        if self._gpu is None:
+            return "cpu (Pillow)"
+        crops = f", crops: {self._gpu.crop}" if self.train else ""
+        return f"cuda ({self._gpu.jpeg.name}{crops})"
+
     def __enter__(self) -> "ImageLoader":
         return self
 
@@ -404,18 +422,20 @@ class ImageLoader:
                 f"prefetch={self.prefetch}, {self.vocab!r})")
 
 
-def _choose_decode(decode: str, device: torch.device, transform) -> tuple[str, object]:
+def _choose_decode(decode: str, device: torch.device, transform, mode: str,
+                   gpu_decoder: str) -> tuple[str, list]:
     if decode not in ("cpu", "cuda", "auto"):
         raise ValueError(f"decode must be 'cpu', 'cuda' or 'auto', got {decode!r}")
     if decode == "cpu":
-        return "cpu", None
-    jpeg = find_jpeg_decoder() if device.type == "cuda" else None
+        return "cpu", []
+    jpeg = gpu_jpeg_decoders(device, mode, gpu_decoder) if device.type == "cuda" else []
     if decode == "auto":
-        return ("cuda", jpeg) if jpeg is not None and transform is None else ("cpu", None)
+        return ("cuda", jpeg) if jpeg and transform is None else ("cpu", [])
     if device.type != "cuda":
         raise ValueError(f"decode='cuda' needs a CUDA device, not {device}")
-    if jpeg is None:
-        raise ImportError("decode='cuda' needs torchvision.io.decode_jpeg or torchcodec")
+    if not jpeg:
+        raise ImportError("decode='cuda' needs a GPU JPEG decoder: pip install "
+                          "nvidia-nvimgcodec-cu13 nvidia-nvjpeg (or torchcodec)")
     if transform is not None:
         raise ValueError("decode='cuda' applies the built-in presets on the GPU; a custom "
                          "transform needs decode='cpu'")
