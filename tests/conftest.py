@@ -94,3 +94,16 @@ def assert_labels_match_pixels(images_uint8, labels, tolerance: int = 6) -> None
     expected = 20 + 23 * labels.float()
     worst = (means - expected).abs().max().item()
     assert worst <= tolerance, f"pixels do not match labels: max |mean - level| = {worst}"
+
+
+def numbered_files(n: int, bad=(), prefix: str = "t") -> list[tuple[str, bytes]]:
+    """Gray PNG i is solid 10 + 3 i (`ids` reads it back), class i % 3; members in `bad` are
+    not images at all (they fail to decode and are counted as skipped)."""
+    return [(f"{prefix}/c{i % 3}/{i:03d}.png",
+             b"broken png" if i in bad else solid(10 + 3 * i, fmt="PNG", mode="L"))
+            for i in range(n)]
+
+
+def ids(images) -> list[int]:
+    """Which numbered_files member each image is, from its gray level."""
+    return [round((v - 10) / 3) for v in images.float().mean(dim=(1, 2, 3)).tolist()]
