@@ -212,8 +212,10 @@ class _EpochRun:
 
     def batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         runtime, position = self.runtime, self.position
-        # While padding, the checkpoint points before the batch being repeated: make it again.
-        mark, rows = position.repeat if position.repeat else (position.mark, position.rows)
+        # Ranks that run short repeat their last batch: a resumed epoch makes it again from
+        # the position before it (handed out already: not counted, not handed out again).
+        again = position.repeat is not None and self.steps is not None
+        mark, rows = position.repeat if again else (position.mark, position.rows)
         leftover: Counter = Counter()
         host = runtime.producer.batches(self.epoch, mark)
         pieces = runtime.prefetcher.run(
@@ -222,7 +224,7 @@ class _EpochRun:
                        skip_rows=rows, leftover=leftover)
         started, last = time.perf_counter(), None
         try:
-            if position.repeat:
+            if again:
                 last = self._again(next(made, None))
             while self.steps is None or position.batches < self.steps:
                 item, last = self._next_batch(made, last)
@@ -263,7 +265,7 @@ class _EpochRun:
         return item, (item, prefetcher.consumer_stream())
 
     def _again(self, out: Rebatched | None):
-        """Resumed while padding: the batch being repeated, made again and not counted."""
+        """Resumed: the last batch handed out, made again (not counted) for repeats."""
         if out is None:
             return None
         item = (out.images, out.labels)

@@ -185,7 +185,8 @@ class Position:
     rows: int = 0               # rows of the next buffer already handed out
     skipped: Counter = field(default_factory=Counter)   # skips of what was handed out
     padded: int = 0             # batches repeated so that ranks take equal steps
-    repeat: tuple | None = None  # while padding: (mark, rows) before the batch repeated
+    repeat: tuple | None = None  # (mark, rows) before the last batch: ranks that run short
+                                 # repeat it, so a resumed epoch makes it again
 
     def as_state(self, fingerprint: dict) -> dict:
         return {"version": STATE_VERSION, "fingerprint": dict(fingerprint),
