@@ -192,7 +192,8 @@ class _Staging:
 
 
 def size_class(nbytes: int) -> int:
-    """nbytes rounded up to a multiple of an eighth of its power of two (at least 4 KiB)."""
+    """nbytes rounded up to a multiple of an eighth of its power of two, or of 4 KiB: few
+    classes, each at most an eighth (or a page) larger than what it holds."""
     step = max(4096, 1 << max(0, nbytes.bit_length() - 4))
     return max(step, -(-nbytes // step) * step)
 
