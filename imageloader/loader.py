@@ -30,6 +30,7 @@ from typing import Callable, Iterable
 import torch
 
 from . import MAX_CONNECTIONS
+from .cache import PlainCopy, plain_copies
 from .decode import ALLOWED_FORMATS, Augment, Decoder, JpegPacker
 from .epoch import EpochIterator, GpuStep, OnDevice, host_piece
 from .errors import Limits, check_policy
@@ -62,6 +63,10 @@ class Options:
                                         # None: see _default_readers
     regions: bool = True                # training from fewer archives than readers: split
                                         # them into regions that readers inflate separately
+    plain_copy: PlainCopy | None = PlainCopy()  # gzip archives are inflated once, into an
+                                        # uncompressed copy that every epoch reads (cache.py;
+                                        # by default beside the archive, if 10% of the disk
+                                        # stays free); None: inflate every epoch
     timeout: float = 300.0              # seconds without any batch before erroring out
     lookahead: bool = True              # start reading epoch e+1 as soon as e is fully read
     cpu_share: float | str | None = None  # decode="cuda": share of the images the packers
@@ -179,6 +184,9 @@ class ImageLoader:
         self.device = resolve_device(device)
         self.workers = default_workers() if workers is None else int(workers)
         self.shuffle_buffer = (4096 if train else 1) if shuffle_buffer is None else shuffle_buffer
+        # Before the vocabulary: where it must be scanned, the scan writes the copy as well.
+        self._copies = plain_copies(self.sources, options.plain_copy, limits=options.limits,
+                                    inflate=options.inflate)
         self.vocab = as_vocabulary(vocab) or Vocabulary.from_archives(
             self.sources, limits=options.limits, inflate=options.inflate)
         self.decoder = Decoder(Augment.make(size, train), mode=mode, limits=options.limits,
@@ -215,10 +223,10 @@ class ImageLoader:
             self.cpu_share = FixedShare(0.0)
         log.info("imageloader: decoding on %s", self.decode_name)
         if self.decode == "cuda" and MAX_CONNECTIONS not in os.environ:
-            log.warning("imageloader: CUDA started before imageloader was imported, with its "
-                        "default 8 hardware queues: GPU decoding then waits behind training "
-                        "kernels (ResNet-18: ~78%% instead of ~92%% of its rate). Import "
-                        "imageloader first, or set %s=32 before CUDA starts.", MAX_CONNECTIONS)
+            log.warning("imageloader: decode='cuda' with CUDA's default 8 hardware queues: "
+                        "GPU decoding then waits behind training kernels (ResNet-18: ~78%% "
+                        "instead of ~92%% of its rate). Call imageloader.configure_cuda_queues() "
+                        "before CUDA starts, or set %s=32.", MAX_CONNECTIONS)
         self.stats = LoaderStats(decode=self.decode_name, workers=self.workers)
         self._next_epoch = 0
         self._resume: Position | None = None   # loaded, for the next iteration
@@ -236,7 +244,7 @@ class ImageLoader:
             self._plan = make_plan(Settings(
                 self.sources, dict(self.vocab.index), self.batch_size, self.seed,
                 self.shuffle_buffer, self.drop_last, self.rank, self.world_size, self.workers,
-                gpu=self._gpu is not None, options=o,
+                gpu=self._gpu is not None, options=o, copies=dict(self._copies),
                 extra={"train": self.train, "size": list(self.decoder.augment.size),
                        "mode": self.decoder.mode, "decode": self.decode,
                        "on_error": o.on_error, "formats": list(o.formats)}))
@@ -281,7 +289,8 @@ class ImageLoader:
         plan = self.plan
         self.stats = stats = LoaderStats(epoch=epoch, decode=self.decode_name,
                                          workers=self.workers,
-                                         inflate=_inflater_name(self.sources, self.options))
+                                         inflate=_inflater_name(self.sources, self.options,
+                                                                self._copies))
         steps = plan.steps(epoch) if self.world_size > 1 else None
         wrap = Packed if self._gpu is not None else host_piece
         return runtime.begin(lambda rt: EpochIterator(
@@ -455,9 +464,11 @@ def _distributed(options: Options) -> tuple[int, int]:
     return rank, world
 
 
-def _inflater_name(sources, options: Options) -> str:
+def _inflater_name(sources, options: Options, copies: dict) -> str:
     from .read import choose_inflater
     paths = [s for s in sources if not hasattr(s, "read")]
+    if paths and all(os.fspath(p) in copies for p in paths):
+        return "none (plain copy)"
     try:
         return choose_inflater(options.inflate, seekable_path=bool(paths))
     except (ImportError, ValueError):

@@ -24,6 +24,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .cache import on_copy
 from .errors import Limits
 from .read import Region, source_name
 from .vocab import archive_classes, archive_regions
@@ -54,6 +55,9 @@ class Plan:
     inflate: str = "auto"
     inflate_threads: int | None = None
     extra: dict = field(default_factory=dict)   # more of what shapes the batches (decode, crops)
+    copies: dict = field(default_factory=dict)  # archive -> its plain copy (cache.py): read
+                                                # instead, the same bytes, so not in the
+                                                # fingerprint
 
     @property
     def ordered(self) -> bool:
@@ -93,7 +97,8 @@ class Plan:
             # the inflater threads one reader would have.
             shuffle = max(2, -(-shuffle // self.readers))
             threads = threads or max(2, min(8, cores()) // self.readers)
-        return ReadPlan(self.parts, dict(self.vocab_index), self.batch_size, shuffle,
+        parts = tuple(on_copy(part, self.copies) for part in self.parts)
+        return ReadPlan(parts, dict(self.vocab_index), self.batch_size, shuffle,
                         self.seed, self.limits, self.unknown_labels, self.inflate, threads,
                         self.rank if world > 1 else 0, world)
 
@@ -238,6 +243,7 @@ class Settings:
     workers: int
     gpu: bool                   # decode="cuda": its readers feed packers (see region_readers)
     options: object             # loader.Options
+    copies: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
 
 
@@ -250,7 +256,7 @@ def make_plan(s: Settings) -> Plan:
     return Plan(parts, tuple(s.sources), dict(s.vocab_index), s.batch_size, s.seed,
                 s.shuffle_buffer, s.drop_last, s.rank, s.world_size, o.uneven, s.workers,
                 _readers(s, parts), o.limits, o.unknown_labels, o.inflate, o.inflate_threads,
-                dict(s.extra))
+                dict(s.extra), dict(s.copies))
 
 
 def _regions_wanted(s: Settings) -> bool:

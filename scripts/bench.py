@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))  # bench_reader, also when imported from elsewhere
 
-from imageloader import ImageLoader, Normalize  # noqa: E402
+from imageloader import ImageLoader, Normalize, configure_cuda_queues  # noqa: E402
 from imageloader.decode import Augment, Decoder  # noqa: E402
 from imageloader.loader import default_workers  # noqa: E402
 
@@ -591,4 +591,5 @@ def print_table(results: dict) -> None:
 
 
 if __name__ == "__main__":
+    configure_cuda_queues()  # before CUDA starts, as for training with GPU decoding
     main(get_args_parser().parse_args())

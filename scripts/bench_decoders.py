@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from imageloader import configure_cuda_queues  # noqa: E402
 from imageloader.decode import Augment, Decoder, random_resized_crop_box  # noqa: E402
 
 LARGE_PIXELS = 1_000_000
@@ -350,4 +351,5 @@ def main(args) -> list[dict]:
 
 
 if __name__ == "__main__":
+    configure_cuda_queues()  # before CUDA starts, as for training with GPU decoding
     main(get_args_parser().parse_args())

@@ -33,7 +33,8 @@ for kind in photos fixed; do
   archive="$data/$kind-32000.tgz"
   [ -f "$archive" ] || python3 scripts/make_imagenet_like.py --sizes "$kind" --images 32000 \
       --out "$archive" | tail -1
-  python3 scripts/bench_inflate.py --archive "$archive" --out "$out/inflate-$kind.json" 2>&1 \
+  python3 scripts/bench_inflate.py --archive "$archive" --sample-mb 600 \
+    --out "$out/inflate-$kind.json" 2>&1 \
     | grep -v "$quiet" | tail -12
   # 125 batches an epoch: 170 untimed steps reach into the second epoch.
   python3 scripts/bench.py --archive "$archive" --shards 0 --models resnet18,resnet50 \

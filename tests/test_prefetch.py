@@ -332,31 +332,6 @@ def test_stream_priority_option_sets_the_side_streams_priority(tmp_path, decode)
     assert Prefetcher([], "cuda").side_stream.priority == least
 
 
-def _python(code: str, **env) -> str:
-    environ = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"}
-    done = subprocess.run([sys.executable, "-c", code], env={**environ, **env},
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout.strip() + done.stderr
-
-
-def test_import_asks_cuda_for_32_hardware_queues_unless_the_user_chose():
-    show = "import os, imageloader; print(os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS'))"
-    assert _python(show).startswith("32")
-    assert _python(show, CUDA_DEVICE_MAX_CONNECTIONS="4").startswith("4")
-
-
-@cuda
-def test_import_after_cuda_started_leaves_queues_and_gpu_decode_says_so(labeled_archive):
-    out = _python(
-        "import logging, os, torch; logging.basicConfig(level=logging.WARNING)\n"
-        "torch.zeros(1, device='cuda')\n"
-        "import imageloader\n"
-        "print(os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS'))\n"
-        f"imageloader.ImageLoader({str(labeled_archive)!r}, decode='cuda', workers=1)\n")
-    assert out.startswith("None") and "hardware queues" in out, out
-
-
 # ---- failures in the device step, staging memory, repeated batches (issue: explicit lifetimes)
 
 
