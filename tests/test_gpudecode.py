@@ -500,3 +500,25 @@ def test_drop_last_batches_stay_full_when_an_image_fails_both_decoders(tmp_path,
             assert labels.tolist() == good[:16]
             assert_labels_match_pixels(torch.cat([x for x, _ in batches]), labels, tolerance=8)
             assert sum(loader.stats.skipped.values()) == 1
+
+
+@cuda
+def test_a_newer_iterator_stops_the_decode_threads_of_the_older(tmp_path):
+    """With decode="cuda" the older iterator's threads once went on changing the worker pool's
+    state beside the newer one's, and its next() waited for the whole timeout."""
+    import threading
+    import time
+    path = write_archive(tmp_path / "a.tgz", labeled_files(3, 16))
+    with cuda_loader(path, "cuda", options=Options(timeout=30, lookahead=False)) as loader:
+        first = iter(loader)
+        next(first)
+        second = iter(loader)
+        assert not [t for t in threading.enumerate() if t.name.startswith("imageloader-")
+                    and t.is_alive()]  # the first one's collect/prefetch threads stopped
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match="newer"):
+            next(first)
+        assert time.monotonic() - start < 5
+        labels = torch.cat([y.cpu() for _, y in second])
+        assert sorted(labels.tolist()) == sorted(k for k in range(3) for _ in range(16))
+        assert loader._pool.in_use() == 0
