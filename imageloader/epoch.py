@@ -21,7 +21,6 @@ graphs and torch.compile) and the order of images is kept. Full buffers pass thr
 """
 from __future__ import annotations
 
-import logging
 import time
 import warnings
 from collections import Counter
@@ -33,8 +32,6 @@ from .batch import FALLBACK
 from .plan import Position
 from .prefetch import release_batch
 from .read import source_name
-
-log = logging.getLogger(__name__)
 
 
 class Piece(NamedTuple):

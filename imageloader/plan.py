@@ -18,7 +18,6 @@ import dataclasses
 import functools
 import hashlib
 import json
-import logging
 import os
 import random
 from collections import Counter
@@ -30,7 +29,6 @@ from .read import Region, source_name
 from .vocab import archive_classes, archive_regions
 from .workers import ReadPlan
 
-log = logging.getLogger(__name__)
 STATE_VERSION = 2
 
 

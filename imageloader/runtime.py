@@ -15,14 +15,11 @@ the epoch; `close()` stops it. `WorkerPool` (workers.py) runs reader and decode 
 """
 from __future__ import annotations
 
-import logging
 import weakref
 from collections import Counter
 from typing import Any, Callable, Iterator
 
 from .batch import Counted, fill_batch
-
-log = logging.getLogger(__name__)
 
 
 class Runtime:
