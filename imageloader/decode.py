@@ -108,7 +108,7 @@ class Decoder:
         if self.transform is not None:
             return load_converted(img, self.mode), False
         orientation = _orientation(img)
-        display = img.size[::-1] if orientation in (5, 6, 7, 8) else img.size
+        display = _upright_size(img, orientation)
         box = self._crop_box(display, rng)
         flip = self.augment.train and rng.random() < self.augment.flip
         _draft_for(img, box, self.augment.size, self.mode)
@@ -267,6 +267,23 @@ def _orientation(img: Image.Image) -> int:
         return int(img.getexif().get(_EXIF_ORIENTATION, 1))
     except Exception:  # malformed EXIF must not cost the image: treat it as upright
         return 1
+
+
+def _upright_size(img: Image.Image, orientation: int) -> tuple[int, int]:
+    """(width, height) once the EXIF orientation is applied: the size the crop box is drawn in."""
+    if orientation in (5, 6, 7, 8) and not _reports_upright_size(img):
+        return img.size[::-1]
+    return img.size
+
+
+def _reports_upright_size(img: Image.Image) -> bool:
+    # Pillow's TIFF plugin orients a TIFF itself: it reports the upright size at open and turns
+    # the pixels (dropping the tag) at load. Swapping its size again drew the box in the wrong
+    # frame and scrambled orientations 5-8. Other formats report the size as stored.
+    if img.format != "TIFF":
+        return False
+    stored = img.tag_v2.get(256), img.tag_v2.get(257)  # ImageWidth, ImageLength
+    return img.size != stored
 
 
 def _draft_for(img: Image.Image, box, out_hw: tuple[int, int], mode: str) -> None:

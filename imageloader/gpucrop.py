@@ -25,6 +25,7 @@ except ImportError:  # torch wheels for CUDA ship Triton; elsewhere gpudecode us
     triton = None
 
 BLOCK = 256  # output pixels per program
+TABLE_COLUMNS = 10
 
 
 def available(device: torch.device) -> bool:
@@ -32,15 +33,17 @@ def available(device: torch.device) -> bool:
     return triton is not None and device.type == "cuda"
 
 
-def crop_resize_flip(images: list[torch.Tensor], boxes: np.ndarray, slots: list[int],
+def crop_resize_flip(images: list, boxes: np.ndarray, slots: list[int],
                      out: torch.Tensor) -> None:
-    """out[slots[i]] = images[i] (C, H, W uint8) cropped to boxes[i] = (l, t, r, b, flip),
-    resized to out's (H, W) and flipped where flip > 0.5; out is (N, H, W, C) uint8.
+    """out[slots[i]] = images[i] (uint8, C x H x W with any strides) cropped to boxes[i] =
+    (l, t, r, b, flip), resized to out's (H, W) and flipped where flip > 0.5; out is
+    (N, H, W, C) uint8. An image is a tensor or anything with a CUDA array interface
+    (nvImageCodec's images): see `image_geometry`.
 
-    Launched on the current stream, where nvJPEG's outputs were made ready: the kernel reads
-    them through raw pointers, so they must stay allocated until it has run. The caching
-    allocator reuses a freed block only for work queued later on the same stream, hence it is
-    enough that the caller allocated them on this stream (gpudecode decodes under it)."""
+    Launched on the current stream, where the decoder's outputs were made ready: the kernel
+    reads them through raw pointers, so they must stay allocated until it has run. Both the
+    caching allocator and nvImageCodec (cudaFreeAsync on the decode stream) free memory in
+    stream order, hence it is enough that the images were made on this stream."""
     count = len(images)
     if count == 0:
         return
@@ -53,13 +56,27 @@ def crop_resize_flip(images: list[torch.Tensor], boxes: np.ndarray, slots: list[
                        CHANNELS_POW2=triton.next_power_of_2(channels))
 
 
+def image_geometry(image) -> tuple[int, int, int, int, int, int]:
+    """(address, height, width, channel, row and column strides in bytes) of a uint8 image
+    laid out C x H x W: a tensor (any strides), or an object with a CUDA array interface of
+    shape (C, H, W) (nvImageCodec's planar images; strides None means contiguous)."""
+    if isinstance(image, torch.Tensor):
+        channels, height, width = image.shape
+        return (image.data_ptr(), height, width, *image.stride())
+    face = image.__cuda_array_interface__
+    channels, height, width = face["shape"]
+    strides = face.get("strides") or (height * width, width, 1)
+    return (face["data"][0], height, width, *strides)
+
+
 def _image_table(images, boxes, slots, out_h, out_w) -> tuple[np.ndarray, np.ndarray]:
-    """Per image: int64 (pointer, height, width, slot, grid_h, grid_w, flip) and float32
-    (left, top, bin_h, bin_w). Sampling grids as roi_align computes them, in float32."""
-    ints = np.empty((len(images), 7), np.int64)
-    ints[:, 0] = [image.data_ptr() for image in images]
-    ints[:, 1] = [image.shape[-2] for image in images]
-    ints[:, 2] = [image.shape[-1] for image in images]
+    """Per image: int64 (pointer, height, width, slot, grid_h, grid_w, flip, channel stride,
+    row stride, column stride) and float32 (left, top, bin_h, bin_w). Sampling grids as
+    roi_align computes them, in float32."""
+    ints = np.empty((len(images), TABLE_COLUMNS), np.int64)
+    geometry = np.array([image_geometry(image) for image in images], np.int64).reshape(-1, 6)
+    ints[:, 0:3] = geometry[:, 0:3]
+    ints[:, 7:10] = geometry[:, 3:6]
     ints[:, 3] = slots
     rows = boxes.astype(np.float32)
     bin_h = (rows[:, 3] - rows[:, 1]) / np.float32(out_h)
@@ -73,7 +90,7 @@ def _image_table(images, boxes, slots, out_h, out_w) -> tuple[np.ndarray, np.nda
 
 if triton is not None:
     @triton.jit
-    def _bilinear(src, plane, height, width, y, x, channel, channel_ok):
+    def _bilinear(src, stride_c, stride_y, stride_x, height, width, y, x, channel, channel_ok):
         """roi_align's bilinear_interpolate, for a block of sample points and all channels."""
         inside = (y >= -1.0) & (y <= height) & (x >= -1.0) & (x <= width)
         y = tl.maximum(y, 0.0)
@@ -93,13 +110,15 @@ if triton is not None:
         hy = 1.0 - ly
         hx = 1.0 - lx
         mask = inside[:, None] & channel_ok[None, :]
-        base = src + channel[None, :].to(tl.int64) * plane
-        row_low = (y_low * width)[:, None]
-        row_high = (y_high * width)[:, None]
-        v1 = tl.load(base + row_low + x_low[:, None], mask=mask, other=0).to(tl.float32)
-        v2 = tl.load(base + row_low + x_high[:, None], mask=mask, other=0).to(tl.float32)
-        v3 = tl.load(base + row_high + x_low[:, None], mask=mask, other=0).to(tl.float32)
-        v4 = tl.load(base + row_high + x_high[:, None], mask=mask, other=0).to(tl.float32)
+        base = src + channel[None, :].to(tl.int64) * stride_c
+        row_low = (y_low.to(tl.int64) * stride_y)[:, None]
+        row_high = (y_high.to(tl.int64) * stride_y)[:, None]
+        col_low = (x_low.to(tl.int64) * stride_x)[:, None]
+        col_high = (x_high.to(tl.int64) * stride_x)[:, None]
+        v1 = tl.load(base + row_low + col_low, mask=mask, other=0).to(tl.float32)
+        v2 = tl.load(base + row_low + col_high, mask=mask, other=0).to(tl.float32)
+        v3 = tl.load(base + row_high + col_low, mask=mask, other=0).to(tl.float32)
+        v4 = tl.load(base + row_high + col_high, mask=mask, other=0).to(tl.float32)
         return ((hy * hx)[:, None] * v1 + (hy * lx)[:, None] * v2
                 + (ly * hx)[:, None] * v3 + (ly * lx)[:, None] * v4)
 
@@ -107,14 +126,17 @@ if triton is not None:
     def _crop_kernel(ints, floats, out, out_h, out_w, channels,
                      BLOCK: tl.constexpr, CHANNELS_POW2: tl.constexpr):
         image = tl.program_id(0)
-        row = ints + image * 7
-        src = tl.load(row).to(tl.pointer_type(tl.uint8))  # nvJPEG's (C, H, W) output
+        row = ints + image * 10  # TABLE_COLUMNS
+        src = tl.load(row).to(tl.pointer_type(tl.uint8))  # the decoder's (C, H, W) output
         height = tl.load(row + 1).to(tl.int32)
         width = tl.load(row + 2).to(tl.int32)
         slot = tl.load(row + 3)
         grid_h = tl.load(row + 4).to(tl.int32)
         grid_w = tl.load(row + 5).to(tl.int32)
         flip = tl.load(row + 6)
+        stride_c = tl.load(row + 7)
+        stride_y = tl.load(row + 8)
+        stride_x = tl.load(row + 9)
         # aligned=True: pixel i covers [i, i + 1), its centre is at i + 0.5.
         top = tl.load(floats + image * 4 + 1) - 0.5
         left = tl.load(floats + image * 4) - 0.5
@@ -127,7 +149,6 @@ if triton is not None:
         out_x = pixel % out_w
         channel = tl.arange(0, CHANNELS_POW2)
         channel_ok = channel < channels
-        plane = height.to(tl.int64) * width
 
         total = tl.zeros((BLOCK, CHANNELS_POW2), tl.float32)
         for iy in range(grid_h):
@@ -136,7 +157,8 @@ if triton is not None:
             for ix in range(grid_w):
                 x = left + out_x.to(tl.float32) * bin_w \
                     + (ix + 0.5) * bin_w / grid_w.to(tl.float32)
-                total += _bilinear(src, plane, height, width, y, x, channel, channel_ok)
+                total += _bilinear(src, stride_c, stride_y, stride_x, height, width, y, x,
+                                   channel, channel_ok)
         mean = total / (grid_h * grid_w).to(tl.float32)
         value = tl.minimum(tl.maximum(tl.floor(mean + 0.5), 0.0), 255.0).to(tl.uint8)
 

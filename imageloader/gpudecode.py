@@ -1,11 +1,11 @@
-"""Stage 2 on the GPU (decode="cuda"): nvJPEG decodes packed JPEG bytes, then crop/resize/flip.
+"""Stage 2 on the GPU (decode="cuda"): a batched JPEG decoder, then crop/resize/flip.
 
 Workers only screen and pack compressed bytes into the page-locked arena of each batch buffer
 (JPEGs are ~5x smaller than their pixels), with each training crop box drawn from the header;
-images nvJPEG cannot take were decoded by the workers on the CPU and arrive as pixels
+images the GPU decoders cannot take were decoded by the workers on the CPU and arrive as pixels
 (decode.JpegPacker). Here, on the loader's side stream:
 
-    arena bytes --nvJPEG (batched)--> full images --crop, resize (antialiased), flip--> batch
+    arena bytes --batched decoder (gpujpeg.py)--> full images --crop, resize, flip--> batch
 
 The geometry is the CPU path's, drawn from the same per-sample seed: RandomResizedCrop box and
 flip for training, torchvision's Resize + CenterCrop integers for evaluation. Decoded full-size
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from typing import Callable
 
 import numpy as np
 import torch
@@ -25,34 +24,11 @@ from torchvision.ops import roi_align
 from . import gpucrop
 from .batch import FALLBACK
 from .decode import Decoder, center_crop_geometry
+from .gpujpeg import JpegDecoder
 from .errors import SampleError
 from .prefetch import small_to_device
 
 log = logging.getLogger(__name__)
-JpegDecode = Callable[[list, torch.device, str], list]
-
-
-def find_jpeg_decoder() -> tuple[str, JpegDecode] | None:
-    """The installed GPU JPEG decoder, preferring TorchCodec (torchvision's is deprecated)."""
-    try:
-        from torchcodec.decoders import decode_jpeg as codec_decode
-
-        def with_torchcodec(datas, device, mode):
-            return [codec_decode(d, device=device, mode=mode) for d in datas]
-        return "torchcodec.decoders.decode_jpeg", with_torchcodec
-    except Exception:  # not installed, or built without CUDA support
-        pass
-    try:
-        from torchvision.io import ImageReadMode, decode_jpeg
-    except ImportError:
-        return None
-
-    def with_torchvision(datas, device, mode):
-        read_mode = ImageReadMode.RGB if mode == "RGB" else ImageReadMode.GRAY
-        # One call for the whole list: nvJPEG's batched (hardware) decoder. It runs on its own
-        # stream and makes the CURRENT stream (our side stream) wait on it: no host sync here.
-        return decode_jpeg(datas, mode=read_mode, device=device)
-    return "torchvision.io.decode_jpeg", with_torchvision
 
 
 def choose_crop(crop: str, device: torch.device) -> str:
@@ -78,10 +54,14 @@ class GpuDecode:
     """Prefetch item transform for packed batches -> (images uint8 NCHW or normalized, labels)."""
 
     def __init__(self, cpu: Decoder, normalize, device: torch.device,
-                 decoder: tuple[str, JpegDecode], crop: str = "auto"):
+                 decoders: list[JpegDecoder], crop: str = "auto"):
         self.cpu, self.normalize, self.device = cpu, normalize, device
         self.augment = cpu.augment  # the same geometry as the CPU path
-        self.name, self._decode = decoder
+        if not decoders:
+            raise ImportError("no GPU JPEG decoder is installed: pip install "
+                              "nvidia-nvimgcodec-cu13 nvidia-nvjpeg, or torchcodec")
+        self.jpeg = decoders[0]  # the preferred one (gpujpeg.available)
+        self._last_done = None  # event after the last batch's crops (see _wait_for_last_batch)
         self.crop = choose_crop(crop, device)
         self._crop_chosen_by_us = crop == "auto"
         # Reported like the workers' counts: skip reasons as they are, the rest under FALLBACK.
@@ -90,8 +70,10 @@ class GpuDecode:
     def __call__(self, packed: Packed):
         buf = packed.buf
         n, arrays = buf.count, buf.arrays
+        self._wait_for_last_batch()
         out = torch.empty((n, *self.cpu.out_shape), dtype=torch.uint8, device=self.device)
         keep = self._copy_cpu_decoded(buf, out) + self._decode_packed(arrays, out, n)
+        self._mark_batch_done()
         labels = buf.labels[:n].to(self.device, non_blocking=True)
         if len(keep) < n:  # images neither nvJPEG nor Pillow could decode: drop, counted
             index = self._small(sorted(keep), torch.long)
@@ -100,6 +82,22 @@ class GpuDecode:
         if self.normalize is not None:
             images = self.normalize(images)
         return images, labels
+
+    def _wait_for_last_batch(self) -> None:
+        """torchvision's decoder writes its outputs from a stream of its own, not ours: into
+        memory the caching allocator may just have handed back from the last batch's images,
+        whose crops can still be queued behind other work on our stream. Seen on the H200
+        with our stream kept busy: the last batch's crops read this batch's pixels
+        (test_a_busy_gpu_never_lets...). So before such a decoder runs, the host waits for
+        the last batch's crops (one batch deep: the stream rarely holds more). Decoders that
+        work in our stream's order (nvImageCodec, TorchCodec) need no wait."""
+        if self._last_done is not None and not getattr(self.jpeg, "stream_ordered", False):
+            self._last_done.synchronize()
+
+    def _mark_batch_done(self) -> None:
+        if self.device.type == "cuda":
+            self._last_done = torch.cuda.Event()
+            self._last_done.record(torch.cuda.current_stream(self.device))
 
     def _copy_cpu_decoded(self, buf, out) -> list[int]:
         slots = np.flatnonzero(buf.arrays.lengths[:buf.count] == 0).tolist()
@@ -111,7 +109,7 @@ class GpuDecode:
         slots = np.flatnonzero(arrays.lengths[:n] > 0).tolist()
         if not slots:
             return []
-        arena = torch.from_numpy(arrays.arena)
+        arena = arrays.arena
         datas = [arena[int(arrays.offsets[s]):int(arrays.offsets[s] + arrays.lengths[s])]
                  for s in slots]
         images = self._decode_all(datas, slots, arrays)
@@ -120,35 +118,41 @@ class GpuDecode:
             if image is None:
                 continue
             kept.append(slot)
-            if isinstance(image, np.ndarray):  # decoded by Pillow after nvJPEG refused it
+            if isinstance(image, np.ndarray):  # decoded by Pillow after the GPU refused it
                 out[slot].copy_(torch.from_numpy(image))
             elif self.augment.train:
                 to_crop.append((slot, image))
             else:
-                out[slot].copy_(self._center_crop(image))
+                out[slot].copy_(self._center_crop(self._tensor(image)))
         self._train_crops(to_crop, arrays.boxes, out)
         self.counts[FALLBACK + "gpu_decoded"] += len(kept) - sum(isinstance(i, np.ndarray) for i in images)
         return kept
 
     def _decode_all(self, datas, slots, arrays) -> list:
         try:
-            return self._decode(datas, self.device, self.cpu.mode)
+            images = self.jpeg.decode(datas)
         except RuntimeError as error:  # the batch call fails as a whole: find the culprits
             log.info("batched GPU decode failed (%s); decoding one by one", error)
-            return [self._decode_one(d, int(arrays.seeds[s])) for d, s in zip(datas, slots)]
+            images = [None] * len(datas)
+        # An image the decoder could not take (None): alone once more, then Pillow.
+        return [image if image is not None else self._decode_one(data, int(arrays.seeds[s]))
+                for image, data, s in zip(images, datas, slots)]
 
-    def _decode_one(self, data: torch.Tensor, seed: int):
+    def _decode_one(self, data: np.ndarray, seed: int):
         try:
-            return self._decode([data], self.device, self.cpu.mode)[0]
+            image = self.jpeg.decode([data])[0]
         except RuntimeError:
+            image = None
+        if image is None:
             pixels = np.empty(self.cpu.out_shape, np.uint8)
             try:
-                self.cpu(data.numpy().tobytes(), pixels, seed)
+                self.cpu(data.tobytes(), pixels, seed)
             except SampleError as error:
                 self.counts[error.reason] += 1  # neither nvJPEG nor Pillow: skipped
                 return None
             self.counts[FALLBACK + "gpu_refused"] += 1
             return pixels
+        return image
 
     def _train_crops(self, pairs, boxes, out) -> None:
         """Each (slot, image) cropped to the box the packers drew, resized, flipped, into out."""
@@ -156,9 +160,8 @@ class GpuDecode:
             return
         if self.crop == "triton":  # one kernel for the whole batch, from the uint8 images
             slots = [slot for slot, _ in pairs]
-            try:
-                gpucrop.crop_resize_flip([image.contiguous() for _, image in pairs],
-                                         boxes[slots], slots, out)
+            try:  # by address and strides: nvImageCodec's images need no tensor
+                gpucrop.crop_resize_flip([image for _, image in pairs], boxes[slots], slots, out)
                 return
             except Exception as error:
                 # Triton compiles on first use and needs a C compiler for its launcher: where
@@ -171,6 +174,7 @@ class GpuDecode:
                 self.crop = "roi_align"
         by_size = defaultdict(list)
         for slot, image in pairs:
+            image = self._tensor(image)
             by_size[tuple(image.shape)].append((slot, image))
         for group in by_size.values():
             self._random_resized_crops(group, boxes, out)
@@ -194,6 +198,15 @@ class GpuDecode:
         crops = torch.where(flipped, crops.flip(-1), crops)
         pixels = crops.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
         out[self._small(slots, torch.long)] = pixels
+
+    def _tensor(self, image) -> torch.Tensor:
+        """A decoder's (C, H, W) output as a tensor: nvImageCodec's images are viewed in
+        place (CUDA array interface, or the array interface of the CPU backend's)."""
+        if isinstance(image, torch.Tensor):
+            return image
+        if self.device.type == "cuda":
+            return torch.as_tensor(image, device=self.device)
+        return torch.from_numpy(np.asarray(image))
 
     def _small(self, values, dtype) -> torch.Tensor:
         return small_to_device(np.asarray(values), self.device, dtype)

@@ -36,8 +36,12 @@ _LOCATE_CHUNK = 16 << 10   # ... and while locating damage
 RAPIDGZIP_CHUNK = 4 << 20  # rapidgzip's unit of parallel work: it notes a seek checkpoint
                            # per chunk, where the scan's regions (index.py) may start
 BLOCKSIZE = tarfile.BLOCKSIZE
-# Control characters, and the surrogates that stand for bytes that are not UTF-8.
+# Control characters (and surrogates, which _readable_name leaves none of).
 _BAD_CHARACTERS = re.compile("[\x00-\x1f\x7f\udc80-\udcff]")
+_UNDECODED = re.compile("[\udc80-\udcff]")  # surrogateescape's stand-ins for non-UTF-8 bytes
+# Names are UTF-8 (the default of tar, pax and git); bytes that are not stay in the name as
+# surrogates until _readable_name decodes their path component as cp1252 / Latin-1.
+NAME_ENCODING = "utf-8"
 
 
 class Member(NamedTuple):
@@ -249,6 +253,7 @@ class _Blocks:
         self._store = bytearray()
         self.origin = origin  # where `stream` (and a reopened one) starts: a region's start
         self.buf, self.pos, self.base = memoryview(b""), 0, origin  # base: offset of buf[0]
+        self.tee = None  # told (offset, block) of every block read (iter_members)
 
     def tell(self) -> int:
         return self.base + self.pos
@@ -269,6 +274,8 @@ class _Blocks:
             self._read_on_in_small_steps()
             got = self._read_into(memoryview(self._store)[:self._block_size(need)])
         self.buf, self.pos = memoryview(self._store)[:got], 0
+        if self.tee is not None and got:
+            self.tee(self.base, self.buf)
         return got > 0
 
     def _block_size(self, need: int) -> int:
@@ -336,7 +343,7 @@ class _TarState:
 
     def __init__(self, blocks: _Blocks):
         self.fileobj, self.offset = blocks, 0
-        self.encoding, self.errors = tarfile.ENCODING, "surrogateescape"
+        self.encoding, self.errors = NAME_ENCODING, "surrogateescape"
         self.pax_headers: dict = {}
 
 
@@ -366,14 +373,14 @@ def _parse_plain(block: bytes, offset: int) -> _Header | None:
         return None
     if checksum != 256 + sum(block) - sum(block[148:156]):
         return None  # maybe the signed variant, or damage: tarfile decides
-    name = _nts(block[:100]).decode(tarfile.ENCODING, "surrogateescape")
+    name = _nts(block[:100]).decode(NAME_ENCODING, "surrogateescape")
     if kind == "file" and block[156] == 0 and name.endswith("/"):
         kind = "dir"  # old V7 style: a regular file with a trailing slash
     if kind == "dir":
         name = name.rstrip("/")
     prefix = _nts(block[345:500])
     if prefix:
-        name = prefix.decode(tarfile.ENCODING, "surrogateescape") + "/" + name
+        name = prefix.decode(NAME_ENCODING, "surrogateescape") + "/" + name
     data = offset + BLOCKSIZE
     end = data + ((size + BLOCKSIZE - 1) // BLOCKSIZE) * BLOCKSIZE if kind == "file" else data
     return _Header(name, size, kind, offset, data, end)
@@ -439,7 +446,7 @@ def classify(header: _Header, limits: Limits) -> tuple[str | None, str | None, s
     """Return (label, skip_reason, normalized_name): exactly one of the first two is None."""
     if header.kind != "file":
         return None, ("directory" if header.kind == "dir" else header.kind), header.name
-    name, reason = _validated_name(header.name, limits)
+    name, reason = _validated_name(_readable_name(header.name), limits)
     if reason:
         return None, reason, name
     parts = name.split("/")
@@ -451,6 +458,34 @@ def classify(header: _Header, limits: Limits) -> tuple[str | None, str | None, s
     if len(parts) < 2:
         return None, "no_class_folder", name
     return parts[-2], None, name
+
+
+def _readable_name(name: str) -> str:
+    """The member name with each path component that is not valid UTF-8 decoded as Windows-1252
+    (Latin-1 where cp1252 leaves a byte undefined).
+
+    Archives written on Windows or by old tools (tarfile's encoding="latin-1") store names in
+    a legacy 8-bit encoding. Every byte then maps to a character, so such an image keeps its
+    class folder and name instead of being skipped; cp1252 agrees with Latin-1 on its letters
+    and has printable characters (quotes, dashes, the euro) where Latin-1 has control codes.
+    Decoding per component keeps a UTF-8 class folder the same class whatever encoding its
+    file names have. The scan, the sidecar and the readers all see names through here.
+    """
+    if not _UNDECODED.search(name):
+        return name
+    parts = name.encode(NAME_ENCODING, "surrogateescape").split(b"/")
+    return "/".join(_decode_component(part) for part in parts)
+
+
+def _decode_component(part: bytes) -> str:
+    try:
+        return part.decode(NAME_ENCODING)
+    except UnicodeDecodeError:
+        pass
+    try:
+        return part.decode("cp1252")
+    except UnicodeDecodeError:
+        return part.decode("latin-1")
 
 
 def _validated_name(name: str, limits: Limits) -> tuple[str, str | None]:
@@ -470,13 +505,15 @@ def _validated_name(name: str, limits: Limits) -> tuple[str, str | None]:
 
 def iter_members(source: Source | Region, *, skipped: Counter, limits: Limits = Limits(),
                  read_data: bool = True, inflate: str = "auto", threads: int | None = None,
-                 recorder=None, opened: dict | None = None) -> Iterator[Member]:
+                 recorder=None, opened: dict | None = None, tee=None) -> Iterator[Member]:
     """Yield the image members of one archive (or one region of it) in stream order; count
     everything else.
 
     `recorder` (the scan's, see index.py) is told every header where a region could start and
     gets the stream at the end. `opened` keeps region streams open between regions of the
-    same archive (their index is loaded once); the caller closes them.
+    same archive (their index is loaded once); the caller closes them. `tee(offset, block)`
+    is given every block of the (inflated) tar stream as it is read: the plain copy
+    (cache.py) is written from the scan this way, without inflating a second time.
     """
     archive = source_name(source)
     region = source if isinstance(source, Region) else None
@@ -492,7 +529,7 @@ def iter_members(source: Source | Region, *, skipped: Counter, limits: Limits = 
             (lambda: open_region(region, threads)) if region
             else (lambda: open_stream(source, inflate, threads)))
         yield from _walk(stream, archive, skipped, limits, read_data, state, reopen, region,
-                         recorder)
+                         recorder, tee)
         if recorder is not None:
             recorder.finish(stream)
     except ArchiveError:
@@ -548,11 +585,12 @@ def _is_gzip(source) -> bool:
 
 
 def _walk(stream, archive, skipped, limits, read_data, state, reopen, region,
-          recorder) -> Iterator[Member]:
+          recorder, tee=None) -> Iterator[Member]:
     # A stream given by the caller cannot be opened again to locate damage: read it in small
     # steps from the start, as tarfile does.
     blocks = _Blocks(stream, reopen, _READ_CHUNK if reopen else _LOCATE_CHUNK,
                      region.start if region else 0, region.end if region else None)
+    blocks.tee = tee
     try:
         yield from _walk_blocks(blocks, archive, skipped, limits, read_data, state,
                                 region.end if region else None, recorder)
@@ -583,7 +621,7 @@ def _walk_blocks(blocks, archive, skipped, limits, read_data, state, stop=None,
         state["index"] += 1
         if recorder is not None and not _global_pax_matters(tar):
             recorder.header(header.offset, state["index"], images)
-        state["name"] = header.name
+        state["name"] = _readable_name(header.name)  # for messages: no lone surrogates
         state["data_at"], state["size"] = header.offset_data, header.size
         label, reason, name = classify(header, limits)
         if reason is None:

@@ -1,5 +1,6 @@
-"""The CPU share of decode="cuda": which part of each batch the packers decode on the CPU, fixed
-or steered while training by the machine's idle cores and the consumer's waits.
+"""The CPU share of decode="cuda": which part of each batch the packers decode on the CPU, fixed,
+chosen by a trial at the start (decode="auto"), or steered while training by the machine's idle
+cores and the consumer's waits.
 
 Why a share at all: with decode="cuda" nvJPEG's colour conversion and our crops run on the GPU
 beside the model (~1 ms of a 55 ms ResNet-50 step on an H200). A model that keeps the GPU busy
@@ -29,8 +30,61 @@ class FixedShare:
     def stamp(self, buf) -> None:
         buf.arrays.cpu_share[0] = self.share
 
-    def observe(self, wait_s: float) -> None:
-        pass
+    def observe(self, wait_s: float, share: float | None = None) -> None:
+        """One batch, stamped with `share`, reached the consumer after it waited `wait_s`."""
+
+    @property
+    def rates(self) -> dict:
+        return {}
+
+
+class TrialShare(FixedShare):
+    """decode="auto": while training, decode on the GPU (share 0) and on the CPU (share 1) in
+    turn, then keep whichever fed the consumer more batches per second.
+
+    Which is faster depends on the model, the images and the host: ResNet-18 on an H200 is fed
+    at ~95% of its data-on-GPU rate by GPU decoding and ~40% by 15 cores; ResNet-50, which
+    keeps the GPU busy, lost ~2% to GPU decoding's kernels where 15 cores kept up, and lost
+    12-15% where they did not (varied photos) (README, FACTS). So each share is measured here,
+    on this model and host: batches reach the consumer in order, each carrying the share it
+    was stamped with, so a share's rate is taken from its own batches only; the first `skip`
+    of each are left out (the pipeline still holds batches of the other share), then `window`
+    consecutive batch intervals are timed. The interval of a batch is the consumer's whole
+    step: its training work and its wait for the batch."""
+
+    def __init__(self, shares: tuple[float, ...] = (0.0, 1.0), skip: int = 8, window: int = 24,
+                 clock=time.perf_counter):
+        super().__init__(shares[0])
+        self.clock = clock
+        self.shares, self.skip, self.window = tuple(shares), skip, window
+        self.seen = {s: 0 for s in self.shares}     # batches of each share consumed
+        self.timed = {s: [] for s in self.shares}   # their intervals, after `skip`
+        self.chosen: float | None = None
+        self._last: float | None = None
+
+    def observe(self, wait_s: float, share: float | None = None) -> None:
+        now = self.clock()
+        last, self._last = self._last, now
+        if self.chosen is not None or share not in self.seen:
+            return
+        self.seen[share] += 1
+        if last is not None and self.seen[share] > self.skip \
+                and len(self.timed[share]) < self.window:
+            self.timed[share].append(now - last)
+        self._next_phase()
+
+    def _next_phase(self) -> None:
+        pending = [s for s in self.shares if len(self.timed[s]) < self.window]
+        if pending:
+            self.share = pending[0]  # stamped on the next buffers handed to the packers
+            return
+        rates = self.rates
+        self.chosen = self.share = max(self.shares, key=lambda s: rates[s])
+
+    @property
+    def rates(self) -> dict:
+        """Batches per second the consumer took with each share (measured so far)."""
+        return {s: round(len(t) / sum(t), 3) for s, t in self.timed.items() if t}
 
 
 class AdaptiveShare(FixedShare):
@@ -53,7 +107,7 @@ class AdaptiveShare(FixedShare):
         self._count, self._wait = 0, 0.0
         self._since = time.perf_counter()
 
-    def observe(self, wait_s: float) -> None:
+    def observe(self, wait_s: float, share: float | None = None) -> None:
         """One batch reached the consumer after it waited `wait_s` for it."""
         self._count += 1
         self._wait += wait_s
@@ -122,14 +176,17 @@ def _allowed_cpus() -> list[int]:
 
 
 def check_share(cpu_share) -> None:
-    """Options.cpu_share must be a number in [0, 1] or "auto"."""
-    if cpu_share == "auto":
+    """Options.cpu_share must be None, a number in [0, 1] or "auto"."""
+    if cpu_share is None or cpu_share == "auto":
         return
     if isinstance(cpu_share, (str, bool)) or not 0.0 <= cpu_share <= 1.0:
         raise ValueError(f"cpu_share must be within [0, 1] or 'auto', got {cpu_share!r}")
 
 
-def share_control(cpu_share) -> FixedShare:
-    """The controller for Options.cpu_share."""
+def share_control(cpu_share, trial: bool = False) -> FixedShare:
+    """The controller for Options.cpu_share; None: a trial of GPU against CPU decoding where
+    the loader chose the decode itself (decode="auto"), else share 0."""
     check_share(cpu_share)
+    if cpu_share is None:
+        return TrialShare() if trial else FixedShare(0.0)
     return AdaptiveShare() if cpu_share == "auto" else FixedShare(cpu_share)

@@ -19,7 +19,7 @@ from typing import Iterable, Mapping
 from . import remote
 from .errors import Limits
 from .index import file_stamp, index_is_stale, recorder_for, regions_from
-from .read import Region, Source, expand_sources, iter_members, source_name
+from .read import IMAGE_EXTENSIONS, Region, Source, expand_sources, iter_members, source_name
 
 log = logging.getLogger(__name__)
 SIDECAR_SUFFIX = ".classes.json"
@@ -85,15 +85,27 @@ class Vocabulary:
             raise ValueError(f"cannot scan {source_name(streams[0])} for its classes without "
                              f"consuming it; pass vocab= explicitly for streams")
         with ThreadPoolExecutor(max_workers=min(4, len(sources))) as pool:
-            per_archive = list(pool.map(
-                lambda path: archive_classes(path, limits=limits, inflate=inflate,
-                                             write_sidecar=write_sidecar), sources))
+            scans = list(pool.map(
+                lambda path: _scan(path, limits, inflate, write_sidecar), sources))
         counts: Counter = Counter()
-        for found in per_archive:
-            counts.update(found)
+        for scan in scans:
+            counts.update(scan["classes"])
         if not counts:
-            raise ValueError(f"no images found in {', '.join(map(str, sources))}")
+            skipped = [scan.get("skipped", {}) for scan in scans]
+            raise ValueError(_no_images_message(sources, skipped))
         return cls(counts.keys(), counts)
+
+
+def _no_images_message(sources: list, skipped: list[Mapping[str, int]]) -> str:
+    """What each archive held instead of images, and the layout that would have been read."""
+    found = []
+    for source, counts in zip(sources, skipped):
+        reasons = ", ".join(f"{reason}: {n}" for reason, n in
+                            sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+        found.append(f"{source} ({'skipped ' + reasons if reasons else 'no members'})")
+    return (f"no images found in {'; '.join(found)}. Images are read from members named "
+            f"<split>/<class>/<file> or <class>/<file>, the class being the parent folder, with "
+            f"one of the extensions {' '.join(sorted(IMAGE_EXTENSIONS))}")
 
 
 def as_vocabulary(vocab) -> Vocabulary | None:
@@ -133,8 +145,14 @@ def archive_regions(path: str, *, limits: Limits = Limits(),
     return regions_from(path, payload)
 
 
+def scan_archive(path: str, *, tee, limits: Limits = Limits(), inflate: str = "auto") -> dict:
+    """Scan now, even with a fresh sidecar, and write the sidecar; `tee` is given the tar
+    stream as it is inflated (the plain copy, cache.py: one inflate for both)."""
+    return _scan(path, limits, inflate, True, again=True, tee=tee)
+
+
 def _scan(path: str, limits: Limits, inflate: str, write_sidecar: bool,
-          again: bool = False) -> dict:
+          again: bool = False, tee=None) -> dict:
     """The fresh sidecar's content, or a scan's (written as the sidecar)."""
     stamp = file_stamp(path)
     cached = None if again else _read_sidecar(sidecar_path(path), stamp)
@@ -144,7 +162,7 @@ def _scan(path: str, limits: Limits, inflate: str, write_sidecar: bool,
     recorder = recorder_for(path, inflate) if write_sidecar else None
     counts = Counter(m.label for m in iter_members(path, skipped=skipped, limits=limits,
                                                    read_data=False, inflate=inflate,
-                                                   recorder=recorder))
+                                                   recorder=recorder, tee=tee))
     regions = recorder.payload(sum(counts.values()), skipped) if recorder else None
     payload = {"format": _FORMAT, "archive": stamp, "classes": dict(sorted(counts.items())),
                "skipped": dict(sorted(skipped.items())), "regions": regions}

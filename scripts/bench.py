@@ -15,6 +15,7 @@ Results go to a JSON file with device, cores and versions, and optionally a PNG 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import io
 import json
@@ -33,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))  # bench_reader, also when imported from elsewhere
 
-from imageloader import ImageLoader, Normalize  # noqa: E402
+from imageloader import ImageLoader, Normalize, configure_cuda_queues  # noqa: E402
 from imageloader.decode import Augment, Decoder  # noqa: E402
 from imageloader.loader import default_workers  # noqa: E402
 
@@ -46,6 +47,11 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--images", type=int, default=16000, help="images when building")
     p.add_argument("--classes", type=int, default=100, help="classes when building")
     p.add_argument("--shards", type=int, default=16, help="shards for the peer recipes")
+    p.add_argument("--sizes", choices=("fixed", "photos"), default="fixed",
+                   help="when building: ImageNet-like 500x375 images, or varied photos "
+                        "(make_imagenet_like.py --sizes)")
+    p.add_argument("--gpu-decoder", default="auto",
+                   help="Options.gpu_decoder for ours with decode=cuda")
     p.add_argument("--models", default="resnet50", help="comma-separated torchvision models")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--steps", type=int, default=60, help="timed steps per recipe")
@@ -57,8 +63,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None, help="decode workers (default: cores-1)")
     p.add_argument("--prefetch", default="2", help="comma-separated prefetch depths for ours")
     p.add_argument("--decode", default="cpu,cuda", help="comma-separated decode modes for ours")
-    p.add_argument("--recipes", default="ceiling,ours,loader,decode,reader,peer-shards,wds-shards,"
-                   "wds-one,timm-shards", help="which recipes to run")
+    p.add_argument("--recipes", default="ceiling,ours,loader,loader-one-stream,decode,reader,"
+                   "peer-shards,wds-shards,wds-one,timm-shards", help="which recipes to run")
+    p.add_argument("--verbose", action="store_true", help="the loader's INFO log on stderr")
     p.add_argument("--decode-images", type=int, default=400, help="images for the decode rate")
     p.add_argument("--out", default="bench-out/results.json")
     p.add_argument("--plot", default=None, help="PNG chart path (needs matplotlib)")
@@ -77,7 +84,8 @@ def ensure_archive(args) -> tuple[str, list[str]]:
         t0 = time.perf_counter()
         subprocess.run([sys.executable, str(REPO / "scripts/make_imagenet_like.py"),
                         "--out", str(archive), "--images", str(args.images),
-                        "--classes", str(args.classes), "--shards", str(args.shards)],
+                        "--classes", str(args.classes), "--shards", str(args.shards),
+                        "--sizes", args.sizes],
                        check=True)
         print(f"built {archive} in {time.perf_counter() - t0:.1f} s", flush=True)
         shards = sorted(archive.parent.glob(archive.stem + "-shard-*.tgz"))
@@ -150,11 +158,15 @@ def ceiling_batches(args, classes: int):
 # ---- our loader ----------------------------------------------------------------------------
 
 
-def our_loader(archive, args, prefetch: int, decode: str = "cpu", **kw) -> ImageLoader:
+def our_loader(archive, args, prefetch: int, decode: str = "cpu", options=None,
+               **kw) -> ImageLoader:
+    from imageloader import Options
     workers = args.workers if decode == "cpu" else None  # GPU decode: a few packers suffice
+    options = options or Options()
+    options = dataclasses.replace(options, gpu_decoder=args.gpu_decoder)
     return ImageLoader(archive, batch_size=args.batch_size, train=True, size=224,
                        device="cuda", workers=workers, prefetch=prefetch, drop_last=True,
-                       decode=decode, **kw)
+                       decode=decode, options=options, **kw)
 
 
 def exposed_copy_ms(loader) -> float | None:
@@ -180,6 +192,11 @@ def run_ours(trainer, archive, args, prefetch: int, model: str, decode: str = "c
         result["exposed_copy_ms_median"] = exposed_copy_ms(loader)
         result["workers"] = loader.workers
         result["inflate"] = loader.stats.inflate
+        result["decoder"] = loader.decode_name
+        result["cpu_share"] = loader.stats.cpu_share  # decode="auto": the trial's choice
+        result["share_rates"] = {str(k): v for k, v in loader.stats.share_rates.items()}
+        print(f"{'':32s} {result['decoder']}, cpu share {result['cpu_share']} "
+              f"{result['share_rates']}", flush=True)
     return result
 
 
@@ -198,14 +215,38 @@ def trace_steps(trainer, loader, path: str, steps: int = 6) -> None:
     print(f"trace of {steps} steps written to {path}", flush=True)
 
 
+def memory_in_use() -> dict:
+    """Device memory in use on this GPU (all allocators: torch's and nvImageCodec's), and
+    resident host memory of this process and its children (psutil, if installed), in GB.
+    Shared memory that several processes map counts once per process: an upper bound."""
+    free, total = torch.cuda.mem_get_info()
+    out = {"gpu_used_gb": round((total - free) / 1e9, 2)}
+    try:
+        import psutil
+        me = psutil.Process()
+        out["host_rss_gb"] = round(sum(p.memory_info().rss for p in [me, *me.children(True)])
+                                   / 1e9, 2)
+    except Exception:  # not installed, or a child gone meanwhile
+        pass
+    return out
+
+
 def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = None) -> dict:
     from imageloader import Options
     options = Options(readers=readers)
+    torch.cuda.synchronize()
+    before = memory_in_use()
     with our_loader(archive, args, prefetch=2, decode=decode, options=options) as loader:
-        t_first = time.perf_counter()
+        # The first epoch in full (its rate includes the wait for the first batch), then the
+        # steady state: `warmup` batches of the next epochs untimed, then timed.
+        t_first, n = time.perf_counter(), 0
+        for images, labels in loader:
+            n += len(labels)
+            if n == len(labels):
+                first_batch_s = time.perf_counter() - t_first
+        torch.cuda.synchronize()
+        first_epoch = n / (time.perf_counter() - t_first)
         it = forever(loader)
-        next(it)
-        first_batch_s = time.perf_counter() - t_first
         for _ in range(args.warmup):
             next(it)
         torch.cuda.synchronize()
@@ -215,13 +256,17 @@ def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = N
             n += len(labels)
         torch.cuda.synchronize()
         rate = n / (time.perf_counter() - t0)
+        memory = {k: round(v - before.get(k, 0), 2) for k, v in memory_in_use().items()}
         workers, readers = loader.workers, loader._workers.readers if loader._workers else 0
         regions = len(loader._parts()) if len(loader._parts()) > 1 else 0
+        decoder = loader.decode_name
     name = f"ours loader alone, {decode} decode, {readers} reader(s)" + (
         f" in {regions} regions" if regions else ", one stream")
-    print(f"{name:32s} {rate:9.0f} img/s  first batch {first_batch_s:.2f} s", flush=True)
-    return {"recipe": name, "img_per_s": rate, "workers": workers, "readers": readers,
-            "regions": regions, "first_batch_s": first_batch_s}
+    print(f"{name:32s} {rate:9.0f} img/s  first epoch {first_epoch:.0f} img/s, first batch "
+          f"{first_batch_s:.2f} s  {decoder} {memory}", flush=True)
+    return {"recipe": name, "img_per_s": rate, "first_epoch_img_per_s": first_epoch,
+            "workers": workers, "readers": readers, "regions": regions,
+            "first_batch_s": first_batch_s, "decoder": decoder, "memory_gb": memory}
 
 
 def run_peer_loader_alone(shards, classes, args) -> dict:
@@ -444,10 +489,23 @@ def main(args) -> dict:
     if not torch.cuda.is_available():
         print("bench.py needs a CUDA device")
         return {}
+    if args.verbose:
+        import logging
+        logging.basicConfig(format="%(name)s: %(message)s")
+        logging.getLogger("imageloader").setLevel(logging.INFO)
     archive, shards = ensure_archive(args)
     recipes = set(args.recipes.split(","))
     results = {"environment": environment(), "args": vars(args), "models": {}, "loader": []}
-    classes = ImageLoader(archive, workers=0, device="cpu").vocab.classes
+    # The first loader of an archive scans it (vocabulary, regions, seek index) and, for a
+    # .tgz, writes its plain copy from the same inflate: the one pass that pays gzip.
+    t0 = time.perf_counter()
+    first = ImageLoader(archive, workers=0, device="cpu")
+    scan_s = time.perf_counter() - t0
+    classes, images = first.vocab.classes, first.images_per_epoch()
+    results["scan"] = {"seconds": round(scan_s, 2), "img_per_s": round(images / scan_s),
+                       "images": images}
+    print(f"{'first loader (scan, plain copy)':32s} {images / scan_s:9.0f} img/s  "
+          f"{scan_s:.1f} s", flush=True)
     if "decode" in recipes:
         results["loader"].extend(run_decode_rate(archive, args))
     if "reader" in recipes:
@@ -456,7 +514,8 @@ def main(args) -> dict:
         for decode in args.decode.split(","):
             # The default (readers in regions of the archive) against one reader of one stream.
             results["loader"].append(run_loader_alone(archive, args, decode))
-            results["loader"].append(run_loader_alone(archive, args, decode, readers=1))
+            if "loader-one-stream" in recipes:
+                results["loader"].append(run_loader_alone(archive, args, decode, readers=1))
         if shards and importlib.util.find_spec("webdataset"):
             results["loader"].append(run_peer_loader_alone(shards, classes, args))
     save(results, args.out)
@@ -468,7 +527,7 @@ def main(args) -> dict:
                                        "ceiling"))
             rows[-1]["recipe"] = "ceiling"
         if "ours" in recipes:
-            for depth in map(int, args.prefetch.split(",")):
+            for depth in map(int, args.prefetch.split(",")) if "cpu" in args.decode else ():
                 rows.append(run_ours(trainer, archive, args, depth, model))
                 save(results, args.out)
             for decode in [d for d in args.decode.split(",") if d != "cpu"]:
@@ -532,4 +591,5 @@ def print_table(results: dict) -> None:
 
 
 if __name__ == "__main__":
+    configure_cuda_queues()  # before CUDA starts, as for training with GPU decoding
     main(get_args_parser().parse_args())

@@ -4,7 +4,7 @@ flight, decodes a photo collection fastest on this host (GPU decoders need CUDA)
     python scripts/bench_decoders.py --archive bench-data/photos.tgz --images 4096 --out dec.json
 
 Each row decodes the same `--images` JPEGs of the archive in batches of `--batch`, after one
-untimed batch, and reports images/s and megapixels/s. Rows:
+untimed pass over them (buffers grown), and reports images/s and the cores its process used. Rows:
 - `torchvision`: torchvision.io.decode_jpeg(list, device="cuda"), one call per batch (nvJPEG's
   batched decoder behind one global handle: calls from several threads serialize);
 - `torchcodec`: torchcodec.decoders.decode_jpeg(list, device="cuda"), if it imports here;
@@ -14,7 +14,10 @@ untimed batch, and reports images/s and megapixels/s. Rows:
   (Huffman on CPU threads, the rest on the GPU), cpu (libjpeg-turbo), with load hints like
   hw0.7 (the share of a batch the hardware decoder takes; "~" for the adaptive policy);
   R=all|large decodes only each image's RandomResizedCrop box (all images, or those over
-  1 MP); C: its CPU threads; O: its options string (e.g. ":num_cuda_streams=4");
+  1 MP); C: its CPU threads; O: its options string (e.g. ":num_cuda_streams=4"); fancy=0:
+  chroma upsampled by replication like DALI's default and torchvision (faster, differs from
+  Pillow at colour edges); prealloc=1: DALI's preallocation options; reuse=1: decode into the
+  previous batch's Image buffers; tensors=0: no torch tensor per image;
 - `pil`: the CPU path (imageloader.decode.Decoder: Pillow with draft, crop and resize) in
   `--cpu-procs` processes, all images and the large ones alone.
 Rows are separated by commas, a row's settings by "/". Every GPU row is checked against Pillow
@@ -41,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from imageloader import configure_cuda_queues  # noqa: E402
 from imageloader.decode import Augment, Decoder, random_resized_crop_box  # noqa: E402
 
 LARGE_PIXELS = 1_000_000
@@ -146,7 +150,14 @@ def nvimgcodec_backends(spec: str):
     return backends
 
 
-def nvimgcodec_decoder(spec: str, roi: str, cpu_threads: int, planar: bool, options: str):
+FAST_OPTIONS = "nvjpeg_hw_decoder:fancy_upsampling=0 nvjpeg_cuda_decoder:fancy_upsampling=0"
+PREALLOCATE = ("nvjpeg_hw_decoder:preallocate_batch_size={batch} nvjpeg_cuda_decoder:preallocate_buffers=1"
+               " nvjpeg_cuda_decoder:device_memory_padding=16777216"
+               " nvjpeg_cuda_decoder:host_memory_padding=8388608")
+
+
+def nvimgcodec_decoder(spec: str, roi: str, cpu_threads: int, planar: bool, options: str,
+                       reuse: bool = False, tensors: bool = True):
     import torch
     from nvidia import nvimgcodec as nv
     params = nv.DecodeParams(apply_exif_orientation=False, color_spec=nv.ColorSpec.SRGB,
@@ -159,6 +170,8 @@ def nvimgcodec_decoder(spec: str, roi: str, cpu_threads: int, planar: bool, opti
                              backends=nvimgcodec_backends(specs[index % len(specs)]),
                              options=options)
 
+        kept: list = []  # reuse=1: last batch's Images, whose buffers the decoder refills
+
         def decode(datas, boxes):
             streams = []
             for data, (left, top, right, bottom) in zip(datas, boxes):
@@ -166,7 +179,13 @@ def nvimgcodec_decoder(spec: str, roi: str, cpu_threads: int, planar: bool, opti
                 if roi == "all" or (roi == "large" and code.width * code.height > LARGE_PIXELS):
                     code = code.get_sub_code_stream(region=nv.Region(top, left, bottom, right))
                 streams.append(code)
-            images = decoder.decode(streams, params=params, cuda_stream=stream.cuda_stream)
+            again = reuse and len(kept) == len(streams) and all(i is not None for i in kept)
+            images = decoder.decode(streams, params=params, cuda_stream=stream.cuda_stream,
+                                    **({"images": kept} if again else {}))
+            if reuse:
+                kept[:] = images
+            if not tensors:
+                return images
             return [None if image is None else torch.as_tensor(image, device="cuda")
                     for image in images]
         return decode
@@ -176,7 +195,7 @@ def nvimgcodec_decoder(spec: str, roi: str, cpu_threads: int, planar: bool, opti
 # ---- timing --------------------------------------------------------------------------------
 
 
-def time_row(make, datas, boxes, batch: int, threads: int) -> dict:
+def time_row(make, datas, boxes, batch: int, threads: int, passes: int = 2) -> dict:
     import torch
     work = list(zip(batches(datas, batch), batches(boxes, batch)))
     streams = [torch.cuda.Stream() for _ in range(threads)]
@@ -194,7 +213,15 @@ def time_row(make, datas, boxes, batch: int, threads: int) -> dict:
             with lock:
                 failed[0] += sum(o is None for o in out)
 
-    t0 = time.perf_counter()
+    if passes > 1:  # untimed: every image once, so buffers have grown to the largest
+        pool = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+        for th in pool:
+            th.start()
+        for th in pool:
+            th.join()
+        failed[0] = 0
+    torch.cuda.synchronize()
+    cpu0, t0 = time.process_time(), time.perf_counter()
     pool = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
     for th in pool:
         th.start()
@@ -203,7 +230,7 @@ def time_row(make, datas, boxes, batch: int, threads: int) -> dict:
     torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     return {"img_s": round(len(datas) / seconds), "seconds": round(seconds, 3),
-            "failed": failed[0]}
+            "cores": round((time.process_time() - cpu0) / seconds, 2), "failed": failed[0]}
 
 
 def check_row(make, datas, boxes, count: int) -> dict:
@@ -218,7 +245,8 @@ def check_row(make, datas, boxes, count: int) -> dict:
         if out is None:
             continue
         ref = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
-        got = out.cpu().numpy()
+        got = out.cpu()
+        got = got.numpy() if hasattr(got, "numpy") else np.asarray(got)  # torch or nvImageCodec
         if got.shape[0] == 3 and got.shape[-1] != 3:
             got = got.transpose(1, 2, 0)
         if got.shape != ref.shape:
@@ -230,7 +258,7 @@ def check_row(make, datas, boxes, count: int) -> dict:
     return {"max_diff": worst, "mean_diff": round(float(np.mean(means)), 3) if means else None}
 
 
-def make_for(row: str, cpu_threads: int):
+def make_for(row: str, cpu_threads: int, batch: int = 256):
     name, *opts = row.split("/")
     settings = dict(o.split("=", 1) for o in opts)
     spec = settings.get("backends", "default")
@@ -240,10 +268,16 @@ def make_for(row: str, cpu_threads: int):
     if name == "torchcodec":
         return torchcodec_decoder(), threads
     if name == "nvimgcodec":
+        options = settings.get("opts", "")
+        if settings.get("fancy") == "0":
+            options += " " + FAST_OPTIONS
+        if settings.get("prealloc") == "1":
+            options += " " + PREALLOCATE.format(batch=batch)
         return nvimgcodec_decoder(spec, settings.get("roi", "none"),
                                   int(settings.get("cpu", cpu_threads)),
                                   settings.get("layout", "planar") == "planar",
-                                  settings.get("opts", "")), threads
+                                  options.strip(), settings.get("reuse") == "1",
+                                  settings.get("tensors", "1") == "1"), threads
     raise ValueError(f"unknown row {row!r}")
 
 
@@ -301,7 +335,7 @@ def main(args) -> list[dict]:
                 rows.append(result)
             continue
         try:
-            make, threads = make_for(row, args.cpu_threads)
+            make, threads = make_for(row, args.cpu_threads, args.batch)
             result = {"row": row, **time_row(make, datas, boxes, args.batch, threads)}
             if args.check:
                 result.update(check_row(make, datas, boxes, args.check))
@@ -317,4 +351,5 @@ def main(args) -> list[dict]:
 
 
 if __name__ == "__main__":
+    configure_cuda_queues()  # before CUDA starts, as for training with GPU decoding
     main(get_args_parser().parse_args())

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from imageloader import configure_cuda_queues  # noqa: E402
 from imageloader.decode import Augment, Decoder, random_resized_crop_box  # noqa: E402
 from imageloader.gpudecode import GpuDecode  # noqa: E402
 
@@ -74,4 +75,5 @@ if __name__ == "__main__":
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--repeats", type=int, default=30)
+    configure_cuda_queues()  # before CUDA starts, as for training with GPU decoding
     main(p.parse_args())

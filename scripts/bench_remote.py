@@ -67,7 +67,9 @@ def reader_alone(plan: ReadPlan, order: tuple, seconds: float, size: int) -> dic
 
 
 def loader_alone(source, args, cache: str, size: int) -> dict:
-    options = Options(readers=args.readers, remote=RemoteOptions(cache_dir=cache))
+    # No plain copy of the local archive (cache.py): both inflate every epoch, like for like.
+    options = Options(readers=args.readers, remote=RemoteOptions(cache_dir=cache),
+                      plain_copy=None)
     with ImageLoader(source, batch_size=args.batch_size, train=True, device=args.device,
                      workers=args.workers, decode=args.decode, options=options) as loader:
         n, t0, batches = 0, None, iter(loader)

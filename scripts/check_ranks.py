@@ -3,7 +3,8 @@
     torchrun --nproc-per-node=2 scripts/check_ranks.py --data bench-data/imagenet-like.tgz
 
 Every rank iterates the epoch(s) with eval transforms (resize + center crop: deterministic), on
-its own GPU, and fingerprints each image it receives. Rank 0 then reads the same archive alone
+its own GPU (shared round-robin when there are more ranks than GPUs: scripts/ranks.py), and
+fingerprints each image it receives. Rank 0 then reads the same archive alone
 (world size 1) and compares: the ranks' images must be disjoint and together be every image
 once, plus the repeats that `uneven="pad"` adds so that every rank takes the same number of
 steps (or minus what "drop" leaves out). Prints one JSON line per epoch; exits 1 on a failure.
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections import Counter
@@ -22,7 +22,9 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from imageloader import ImageLoader, Options  # noqa: E402
+from ranks import setup_distributed  # noqa: E402
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -60,13 +62,10 @@ def make_loader(data, args, device, **options) -> ImageLoader:
 
 
 def main(args) -> int:
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    cuda = torch.cuda.is_available()
-    if cuda:
-        torch.cuda.set_device(local)
-    dist.init_process_group("nccl" if cuda else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device(f"cuda:{local}" if cuda else "cpu")
+    rank, world, device = setup_distributed()
+    if device is None:
+        raise SystemExit("run this under torchrun with --nproc-per-node >= 2")
+    cuda = device.type == "cuda"
     weights = torch.randint(1, 1 << 20, (3 * args.size * args.size,),
                             generator=torch.Generator().manual_seed(0)).to(device)
     failures, lines, everything = 0, [], None
@@ -74,13 +73,14 @@ def main(args) -> int:
         for epoch in range(args.epochs):
             mine, steps, seconds = read_epoch(loader, epoch, weights)
             gathered: list = [None] * world
-            dist.all_gather_object(gathered, (mine, steps, seconds, len(loader)))
+            dist.all_gather_object(gathered, (mine, steps, seconds, len(loader), str(device)))
             if rank == 0:
                 if everything is None:  # eval transforms: the same images every epoch
                     everything = reference(args, device, weights)
                 line, ok = compare(gathered, everything, args)
                 line.update(epoch=epoch, world=world, device=torch.cuda.get_device_name()
-                            if cuda else "cpu", torch=torch.__version__)
+                            if cuda else "cpu", devices=[g[4] for g in gathered],
+                            backend=dist.get_backend(), torch=torch.__version__)
                 failures += not ok
                 lines.append(line)
                 print(json.dumps(line), flush=True)

@@ -6,8 +6,8 @@
 # auto: cpu_share="auto" against 0, a fixed 0.5 and CPU decode, in the steady state (a
 # 48,000-image archive, 40 untimed steps: more than any loader's buffers hold).
 # Rows of scripts/probe_contention.py --parts options (each setting twice, interleaved).
-# probe_contention.py imports imageloader only after CUDA has started, so the variable is set
-# here explicitly: 8 (CUDA's default) vs 32 (what `import imageloader` asks for).
+# The variable is set here explicitly for every row: 8 (CUDA's default) vs 32 (what
+# imageloader.configure_cuda_queues() asks for; it keeps a value set in the environment).
 set -uo pipefail
 out=${1:-bench-out}; part=${2:-queues}
 if [ "$part" = auto ]; then

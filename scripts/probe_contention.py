@@ -263,4 +263,6 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 if __name__ == "__main__":
     faulthandler.enable()  # a crash (it segfaulted before c647f0b) then says where
+    from imageloader import configure_cuda_queues
+    configure_cuda_queues()  # 32 queues unless the environment says (gpu_probe_queues.sh: 8)
     main(get_args_parser().parse_args())

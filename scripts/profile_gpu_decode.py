@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from imageloader import ImageLoader, Options  # noqa: E402
+from imageloader import ImageLoader, Options, configure_cuda_queues  # noqa: E402
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -243,6 +243,7 @@ if __name__ == "__main__":
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--nvjpeg-threads", action="store_true", help="also: nvJPEG, 1 vs 2 threads")
     a = p.parse_args()
+    configure_cuda_queues()  # before CUDA starts, as for training with GPU decoding
     for config in a.configs.split(","):
         main(a, *(int(v) for v in config.split("x")))
     if a.nvjpeg_threads:

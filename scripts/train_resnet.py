@@ -19,6 +19,7 @@ import argparse
 import json
 import math
 import os
+import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -30,7 +31,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from imageloader import ImageLoader, Normalize
+from imageloader import ImageLoader, Normalize, configure_cuda_queues
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when loaded by path in tests
+from ranks import setup_distributed  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 ARCHS = sorted(n for n in torchvision.models.list_models(module=torchvision.models) if "resne" in n)
@@ -71,7 +75,8 @@ def get_args_parser() -> argparse.ArgumentParser:
       help="JPEG decode: Pillow in the workers, or nvJPEG on the GPU")
     a("--prefetch", type=int, default=2, help="batches copied to the GPU ahead (0 = sync)")
     a("--seed", type=int, default=0, help="seed of init, shuffle and augmentation")
-    a("--device", default=None, help="cuda, cuda:1, cpu (default: cuda if available)")
+    a("--device", default=None, help="cuda, cuda:1, cpu (default: cuda if available; under "
+      "torchrun: the rank's GPU, shared round-robin if ranks outnumber GPUs)")
     a("--amp", action=argparse.BooleanOptionalAction, default=None,
       help="bf16 autocast (default: on for CUDA, off on CPU)")
     a("--channels-last", action=argparse.BooleanOptionalAction, default=None,
@@ -94,27 +99,16 @@ def get_args_parser() -> argparse.ArgumentParser:
 # ---- setup ---------------------------------------------------------------------------------
 
 
-def setup_distributed() -> tuple[int, int, int]:
-    """Under torchrun: join the process group. Returns (rank, world size, local rank)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world == 1:
-        return 0, 1, 0
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local)  # this rank's GPU only: no context on GPU 0 from rank 1
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    return dist.get_rank(), world, local
-
-
 def is_main() -> bool:
     return not dist.is_initialized() or dist.get_rank() == 0
 
 
 def resolve(args) -> tuple[torch.device, dict | None]:
     """Fill the device-dependent defaults in place; load the checkpoint if resuming."""
-    args.rank, args.world_size, local = setup_distributed()
-    if args.world_size > 1 and torch.cuda.is_available():
-        args.device = f"cuda:{local}"
+    wants_cuda = torch.cuda.is_available() and (args.device or "cuda").startswith("cuda")
+    args.rank, args.world_size, rank_device = setup_distributed(use_cuda=wants_cuda)
+    if rank_device is not None:  # torchrun: this rank's device (ranks.py)
+        args.device = str(rank_device)
     device = torch.device(args.device) if args.device else \
         torch.device("cuda" if torch.cuda.is_available() else "cpu")
     args.device, cuda = str(device), device.type == "cuda"
@@ -404,4 +398,7 @@ def fit(model, train, val, ckpt, out_dir: Path, args) -> dict:
 
 
 if __name__ == "__main__":
-    main(get_args_parser().parse_args())
+    arguments = get_args_parser().parse_args()
+    if arguments.decode != "cpu":
+        configure_cuda_queues()  # before CUDA starts: GPU decoding waits less behind training
+    main(arguments)

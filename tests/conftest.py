@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
+import socket
+import subprocess
+import sys
 import tarfile
 
 import numpy as np
@@ -94,3 +98,35 @@ def assert_labels_match_pixels(images_uint8, labels, tolerance: int = 6) -> None
     expected = 20 + 23 * labels.float()
     worst = (means - expected).abs().max().item()
     assert worst <= tolerance, f"pixels do not match labels: max |mean - level| = {worst}"
+
+
+def torchrun(script, *flags: str, ranks: int = 2, timeout: int = 170):
+    """Run a script under torchrun on this host. With CUDA the ranks see ONE GPU, so they
+    outnumber the GPUs (the case that used to ask for cuda:1 on a one-GPU host)."""
+    import torch
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}  # this checkout's package
+    if torch.cuda.is_available():
+        env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={ranks}",
+         "--master-port", str(port), str(script), *flags],
+        capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def numbered_files(n: int, bad=(), prefix: str = "t") -> list[tuple[str, bytes]]:
+    """Gray PNG i is solid 10 + 3 i (`ids` reads it back), class i % 3; members in `bad` are
+    not images at all (they fail to decode and are counted as skipped)."""
+    return [(f"{prefix}/c{i % 3}/{i:03d}.png",
+             b"broken png" if i in bad else solid(10 + 3 * i, fmt="PNG", mode="L"))
+            for i in range(n)]
+
+
+def ids(images) -> list[int]:
+    """Which numbered_files member each image is, from its gray level."""
+    return [round((v - 10) / 3) for v in images.float().mean(dim=(1, 2, 3)).tolist()]

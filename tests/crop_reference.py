@@ -20,13 +20,15 @@ POISON = 7
 
 
 def random_case(rng, count, channels, max_side):
-    """Images of mixed sizes and boxes of every kind: whole image, one pixel, thin strips
-    (upscaling on one axis, area sampling on the other), random crops."""
+    """Images of mixed sizes and layouts (planar, and every third one interleaved: a strided
+    C x H x W view of H x W x C memory) and boxes of every kind: whole image, one pixel, thin
+    strips (upscaling on one axis, area sampling on the other), random crops."""
     images, boxes = [], []
     for k in range(count):
         height, width = (int(v) for v in rng.integers(1, max_side + 1, size=2))
-        images.append(torch.from_numpy(
-            rng.integers(0, 256, (channels, height, width), dtype=np.uint8)))
+        pixels = rng.integers(0, 256, (height, width, channels), dtype=np.uint8)
+        image = torch.from_numpy(pixels).permute(2, 0, 1)
+        images.append(image if k % 3 == 2 else image.contiguous())
         kind = k % 4
         if kind == 0:
             box = (0, 0, width, height)
@@ -56,6 +58,7 @@ def compare(device: str, seed: int, count: int, channels: int, max_side: int,
     batch = count + 2  # two slots the kernel is not given: they must keep the poison
     slots = [int(s) for s in rng.permutation(batch)[:count]]
     out = torch.full((batch, *out_hw, channels), POISON, dtype=torch.uint8, device=device)
+    # .to() keeps the strides of the interleaved ones (a dense permuted layout)
     gpucrop.crop_resize_flip([image.to(device) for image in images], boxes, slots, out)
     out = out.cpu()
     diffs = [(out[slot].double() - reference(image, box, out_hw)).abs()

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from PIL import Image, ImageOps
 from torchvision.transforms import v2
 
 from conftest import encode, photo, solid
@@ -109,6 +109,35 @@ def test_exif_orientation_is_applied():
     pixels = run(out, data)
     assert pixels.shape == (60, 30, 3)
     assert pixels[5, 15, 0] > 200 and pixels[55, 15, 2] > 200  # red top, blue bottom
+
+
+def oriented(img: Image.Image, fmt: str, orientation: int) -> bytes:
+    """`img` stored as `fmt` with an orientation tag: the TIFF tag for TIFF (as cameras and
+    scanners write it), an EXIF block for the others."""
+    if fmt.startswith("TIFF"):
+        compression = {"TIFF": None, "TIFF_LZW": "tiff_lzw"}[fmt]  # raw, and through libtiff
+        return encode(img, "TIFF", tiffinfo={0x0112: orientation}, compression=compression)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return encode(img, fmt, exif=exif.tobytes())
+
+
+@pytest.mark.parametrize("fmt", ["TIFF", "TIFF_LZW", "JPEG", "PNG", "WEBP"])
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_every_orientation_gives_the_pixels_of_pillows_exif_transpose(fmt, orientation):
+    """Train and eval presets on an oriented image = the same presets on the upright image
+    that ImageOps.exif_transpose makes of it (stored as PNG, no tag). TIFFs 5-8 came out
+    scrambled: Pillow orients TIFFs itself, and the box was drawn in a swapped frame."""
+    rng = np.random.default_rng(orientation)
+    texture = Image.fromarray(rng.integers(0, 256, (4, 6, 3), dtype=np.uint8))
+    data = oriented(texture.resize((48, 32), Image.BICUBIC), fmt, orientation)
+    upright = ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB")
+    assert upright.size == ((32, 48) if orientation >= 5 else (48, 32))
+    reference = encode(upright, "PNG")
+    for decoder in (eval_decoder(24), train_decoder(24)):
+        for seed in range(4):
+            expected = run(decoder, reference, seed)
+            assert np.array_equal(run(decoder, data, seed), expected), (fmt, orientation, seed)
 
 
 @pytest.mark.parametrize("data, kwargs, reason", [

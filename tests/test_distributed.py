@@ -1,16 +1,21 @@
 """Ranks and checkpoints: disjoint shares, equal steps, exact mid-epoch resume (CPU, gloo)."""
 from __future__ import annotations
 
+import json
 import os
 import socket
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from conftest import solid, write_archive
+from conftest import solid, torchrun, write_archive
 from imageloader import ImageLoader, Options
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def numbered_archive(path, n: int, bad=()):
@@ -168,26 +173,35 @@ def test_shards_are_split_by_rank_and_reshuffled_every_epoch(tmp_path, workers):
 
 @pytest.mark.timeout(180)
 def test_check_ranks_script_under_torchrun(tmp_path):
-    """scripts/check_ranks.py, the exactly-once check run on the 2-GPU host, on 2 gloo ranks."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-    repo = Path(__file__).resolve().parent.parent
+    """scripts/check_ranks.py, the exactly-once check run on the 2-GPU host, on 2 ranks: gloo on
+    the CPU; on a GPU host, both ranks on its one visible GPU."""
     path = numbered_archive(tmp_path / "n.tgz", 45)
     out = tmp_path / "ranks.jsonl"
-    result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
-         "--master-port", str(_free_port()), str(repo / "scripts/check_ranks.py"),
-         "--data", path, "--epochs", "2", "--batch-size", "4", "--size", "8", "--workers", "0",
-         "--out", str(out)], capture_output=True, text=True, timeout=170,
-        env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = torchrun(REPO / "scripts/check_ranks.py", "--data", path, "--epochs", "2",
+                      "--batch-size", "4", "--size", "8", "--workers", "0", "--out", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert [x["epoch"] for x in lines] == [0, 1]
+    shared = "cuda:0" if torch.cuda.is_available() else "cpu"
     for x in lines:
         assert x["ok"] and x["images"] == 45 and x["missing"] == 0
         assert x["steps"] == [6, 6] and x["shared_between_ranks"] == x["repeated"]
+        assert x["devices"] == [shared, shared] and x["backend"] == "gloo"
+
+
+@pytest.mark.parametrize("local_rank, local_world, gpus, expected", [
+    (0, 2, 0, ("cpu", "gloo")),          # no GPU
+    (1, 2, 2, ("cuda:1", "nccl")),       # one GPU per rank
+    (1, 2, 4, ("cuda:1", "nccl")),
+    (1, 2, 1, ("cuda:0", "gloo")),       # two ranks, one GPU: shared; NCCL would refuse
+    (2, 3, 2, ("cuda:0", "gloo")),       # round-robin
+    (3, 4, 2, ("cuda:1", "gloo")),
+])
+def test_ranks_share_the_gpus_round_robin_when_they_outnumber_them(local_rank, local_world,
+                                                                   gpus, expected):
+    sys.path.insert(0, str(REPO / "scripts"))
+    from ranks import rank_device
+    assert rank_device(local_rank, local_world, gpus) == expected
 
 
 def test_ranks_of_one_host_share_its_cores(monkeypatch):

@@ -1,6 +1,7 @@
 """Regions: readers entering one archive mid-way must see exactly what one pass sees."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import shutil
@@ -141,8 +142,10 @@ def ids(images: torch.Tensor) -> list[int]:
 
 
 def numbered_loader(path, **kw):
+    # These tests are about inflating regions: no plain copy (test_cache.py reads from one).
+    options = dataclasses.replace(kw.pop("options", Options()), plain_copy=None)
     return ImageLoader(path, batch_size=8, size=8, mode="L", device="cpu", normalize=False,
-                       seed=3, **kw)
+                       seed=3, options=options, **kw)
 
 
 def epoch_ids(loader) -> tuple[list[int], list[int]]:
@@ -241,7 +244,8 @@ def test_regions_feed_the_gpu_every_image_once(tmp_path, decode):
         files.append((f"t/c{i % 3}/{i:03d}.txt", rng.randbytes(60_000)))
     path = write_archive(tmp_path / "a.tgz", files, compress=GZIP_REGIONS)
     with ImageLoader(path, batch_size=8, size=8, device="cuda", normalize=False, seed=3,
-                     workers=3, decode=decode, options=Options(readers=3)) as loader:
+                     workers=3, decode=decode,
+                     options=Options(readers=3, plain_copy=None)) as loader:
         assert len(loader._parts()) > 3
         for _ in range(2):
             seen = []

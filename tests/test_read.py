@@ -6,6 +6,7 @@ import io
 import tarfile
 import tracemalloc
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -103,16 +104,51 @@ def test_hostile_names_are_counted_and_odd_ones_normalized(tmp_path, name, reaso
         assert [(m.name, m.label) for m in found] == [("t/cat/x.jpg", "cat")]
 
 
-def test_non_utf8_name_is_a_bad_name(tmp_path):
+def _tar_with_names(path, names: list[str], fmt: int, encoding: str = "utf-8") -> str:
+    """A plain tar written by tarfile with `encoding`; names may hold surrogateescape'd bytes
+    (raw bytes that are not valid UTF-8). Image i is solid gray 10 + i."""
     raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT,
-                      encoding="latin-1") as tar:
-        add_file(tar, "t/caf\xe9/x.jpg", solid(9))  # latin-1 bytes, invalid as UTF-8
-        add_file(tar, "t/ok/y.jpg", solid(9))
-    path = tmp_path / "a.tar"
-    path.write_bytes(raw.getvalue())
-    found, skipped = members(str(path))
-    assert [m.label for m in found] == ["ok"] and skipped == Counter(bad_name=1)
+    with tarfile.open(fileobj=raw, mode="w", format=fmt, encoding=encoding) as tar:
+        for i, name in enumerate(names):
+            add_file(tar, name, solid(10 + i))
+    Path(path).write_bytes(raw.getvalue())
+    return str(path)
+
+
+LONG = "\xe9" * 120  # a long name: GNU long-name entry or pax path record
+
+
+@pytest.mark.parametrize("fmt", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT],
+                         ids=["gnu", "pax", "ustar"])
+def test_latin1_names_are_read_not_skipped(tmp_path, fmt):
+    """tarfile's encoding="latin-1" stores these names as bytes that are not valid UTF-8 (pax
+    stores UTF-8 records instead): every image is read, under the class folder it was given."""
+    names = ["t/caf\xe9/x.jpg", "t/caf\xe9/\xe9t\xe9.jpg", "t/na\xefve/y.jpg"]
+    if fmt != tarfile.USTAR_FORMAT:
+        names.append(f"t/na\xefve/{LONG}.jpg")
+    path = _tar_with_names(tmp_path / "a.tar", names, fmt, encoding="latin-1")
+    found, skipped = members(path)
+    assert [m.name for m in found] == names and not skipped
+    assert [m.label for m in found] == ["caf\xe9", "caf\xe9", "na\xefve", "na\xefve"][:len(names)]
+    assert [m.data for m in found] == [solid(10 + i) for i in range(len(names))]
+
+
+@pytest.mark.parametrize("fmt", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT], ids=["gnu", "pax"])
+def test_raw_byte_names_decode_per_component(tmp_path, fmt):
+    """Raw bytes in names (pax marks them hdrcharset=BINARY): a component that is not UTF-8
+    reads as cp1252, Latin-1 where cp1252 has no character; UTF-8 components stay UTF-8."""
+    written = ["t/caf\udce9/x.jpg",            # b"caf\xe9"
+               "t/caf\xe9/\udc80\udc96.jpg",    # UTF-8 folder, cp1252 file name: euro, dash
+               "t/\udcff\udc81/y.jpg",          # 0x81: no cp1252 character, Latin-1's
+               f"t/caf\udce9/{LONG}.jpg"]        # long UTF-8 name in a non-UTF-8 folder
+    read = ["t/caf\xe9/x.jpg", "t/caf\xe9/\u20ac\u2013.jpg", "t/\xff\x81/y.jpg",
+            f"t/caf\xe9/{LONG}.jpg"]
+    path = _tar_with_names(tmp_path / "a.tar", written, fmt)
+    with tarfile.open(path) as tar:  # the archive really holds those bytes
+        assert tar.getnames()[0].encode("utf-8", "surrogateescape") == b"t/caf\xe9/x.jpg"
+    found, skipped = members(path)
+    assert [m.name for m in found] == read and not skipped
+    assert [m.label for m in found] == ["caf\xe9", "caf\xe9", "\xff\x81", "caf\xe9"]
 
 
 def _scan_peak(path) -> tuple[int, int]:

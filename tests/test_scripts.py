@@ -244,3 +244,23 @@ def test_make_digits_rebuilds_the_committed_archives(monkeypatch, tmp_path):
             assert np.array_equal(
                 np.asarray(Image.open(io.BytesIO(rebuilt[name]))), np.asarray(Image.open(io.BytesIO(committed[name])))
             )
+
+
+# --- bench_inflate -----------------------------------------------------------
+
+
+def test_bench_inflate_measures_every_inflater_and_the_copy(monkeypatch, tmp_path):
+    from conftest import labeled_files, write_archive
+    from imageloader.read import available_inflaters
+
+    bench = load_script("bench_inflate", monkeypatch)
+    archive = write_archive(tmp_path / "a.tgz", labeled_files(3, 20))
+    result = bench.main(script_args(bench, "--archive", archive, "--cores", 16))
+    assert set(result["inflate"]) == set(available_inflaters())
+    assert result["images"] == 60 and result["copy_write"]["mb"] > 0
+    assert result["copy_read"]["whole"]["mb"] == result["copy_write"]["mb"]
+    assert result["walk"]["copy"]["img_per_s"] > 0
+    ceiling = result["ceiling"]
+    assert ceiling["first_epoch_img_per_s_on_16_cores"] == pytest.approx(
+        16 * ceiling["inflate_img_per_s_per_core"], rel=0.01)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tgz", "a.tgz.classes.json"]

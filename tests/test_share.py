@@ -5,7 +5,7 @@ import pytest
 
 from imageloader.batch import batch_layout, views_of
 from imageloader.pool import BufferPool
-from imageloader.share import AdaptiveShare, FixedShare, IdleCores, share_control
+from imageloader.share import AdaptiveShare, FixedShare, IdleCores, TrialShare, share_control
 
 
 class FakeIdle:
@@ -106,3 +106,48 @@ def test_each_buffer_carries_the_share_given_when_it_was_handed_out():
 def test_a_bad_share_is_a_clear_error(bad):
     with pytest.raises(ValueError, match="cpu_share"):
         share_control(bad)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def consume(trial: TrialShare, clock: Clock, shares: list[float], step: float) -> None:
+    """The consumer takes one batch per stamped share, `step` seconds apart."""
+    for share in shares:
+        clock.now += step
+        trial.observe(0.0, share)
+
+
+@pytest.mark.parametrize("gpu_step, cpu_step, chosen", [(0.01, 0.03, 0.0), (0.05, 0.02, 1.0)])
+def test_the_trial_times_each_share_by_its_own_batches_and_keeps_the_faster(
+        gpu_step, cpu_step, chosen):
+    clock = Clock()
+    trial = TrialShare(skip=2, window=5, clock=clock)
+    assert trial.share == 0.0  # GPU decoding first
+    consume(trial, clock, [0.0] * 7, gpu_step)
+    assert trial.share == 1.0 and trial.chosen is None  # the next buffers: CPU decoding
+    # Batches stamped before the switch still arrive: they count for nobody now.
+    consume(trial, clock, [0.0] * 4, gpu_step)
+    consume(trial, clock, [1.0] * 6, cpu_step)
+    assert trial.chosen is None
+    consume(trial, clock, [1.0], cpu_step)
+    assert trial.chosen == chosen and trial.share == chosen
+    rates = trial.rates
+    assert rates[0.0] == pytest.approx(1 / gpu_step, rel=1e-3)
+    assert rates[1.0] == pytest.approx(1 / cpu_step, rel=1e-3)
+    consume(trial, clock, [chosen, 1.0 - chosen] * 3, 1.0)  # decided: nothing changes it
+    assert trial.share == chosen and trial.rates == rates
+
+
+def test_cpu_share_none_means_zero_unless_the_loader_chose_the_decode():
+    assert type(share_control(None)) is FixedShare and share_control(None).share == 0.0
+    assert isinstance(share_control(None, trial=True), TrialShare)
+    assert isinstance(share_control("auto", trial=True), AdaptiveShare)  # the user's word
+    assert share_control(0.5, trial=True).share == 0.5
+    with pytest.raises(ValueError, match="cpu_share"):
+        share_control(1.5)

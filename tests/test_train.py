@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import torchrun
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train_resnet.py"
 CHANCE_PLUS = 30.0  # % val top-1 that only a learning run reaches (chance: 10%)
 
@@ -102,3 +104,18 @@ def test_mid_epoch_checkpoint_resumes_with_the_batches_left(script, tmp_path, mo
     assert metrics["epoch"] == 0
     lines = (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
     assert json.loads(lines[-1])["loader"]["batches"] == 2  # steps 5 and 6: what was left
+
+
+@pytest.mark.timeout(240)
+def test_two_ranks_under_torchrun_share_what_the_host_has(tmp_path) -> None:
+    """torchrun with 2 ranks: on the CPU over gloo; on a GPU host both ranks on its one visible
+    GPU (more ranks than GPUs used to fail with 'invalid device ordinal' on cuda:1)."""
+    out = tmp_path / "run"
+    result = torchrun(SCRIPT, "--epochs", "1", "--max-steps", "3", "--size", "8",
+                      "--batch-size", "16", "--workers", "0", "--out-dir", str(out),
+                      timeout=230)
+    assert result.returncode == 0, result.stderr[-3000:]
+    device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    assert f"on {device} x 2 rank(s)" in result.stdout, result.stdout[-2000:]
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["loader"]["batches"] == 3

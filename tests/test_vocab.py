@@ -1,12 +1,18 @@
 """The label vocabulary and its sidecar."""
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import os
+import tarfile
+from pathlib import Path
 
 import pytest
 
-from conftest import labeled_files, solid, write_archive
+from conftest import (add_file, assert_labels_match_pixels, class_level, labeled_files, solid,
+                      write_archive)
+from imageloader import ImageLoader
 from imageloader.errors import UnknownLabelError
 from imageloader.vocab import Vocabulary, as_vocabulary, sidecar_path
 
@@ -67,7 +73,49 @@ def test_unknown_label_message_names_class_member_and_archive():
     assert "n999" in str(error) and "val/n999/x.jpg" in str(error) and "val.tgz" in str(error)
 
 
-def test_empty_archive_has_no_vocabulary(tmp_path):
-    path = write_archive(tmp_path / "a.tgz", [("readme.txt", b"hi")])
-    with pytest.raises(ValueError, match="no images"):
-        Vocabulary.from_archives(path)
+def test_no_images_says_what_was_skipped_and_what_layout_is_read(tmp_path):
+    files = [("a.jpg", solid(1)), ("b.jpg", solid(2)), ("t/c/readme.txt", b"hi"),
+             ("t/c/._x.jpg", b"x")]  # flat images: no class folder to take a label from
+    path = write_archive(tmp_path / "flat.tgz", files)
+    empty = write_archive(tmp_path / "empty.tgz", [])
+    for attempt in ("scan", "sidecar"):
+        with pytest.raises(ValueError) as info:
+            Vocabulary.from_archives([path, empty])
+        message = str(info.value)
+        assert f"no images found in {path} (skipped no_class_folder: 2, macos_metadata: 1, " \
+               f"not_image: 1); {empty} (no members)" in message, (attempt, message)
+        assert "<split>/<class>/<file> or <class>/<file>" in message and ".jpg" in message
+
+
+def _encoded_archive(path, files, encoding: str, fmt: int) -> str:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=fmt, encoding=encoding) as tar:
+        for name, data in files:
+            add_file(tar, name, data)
+    Path(path).write_bytes(gzip.compress(raw.getvalue(), mtime=0))
+    return str(path)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_latin1_class_folders_agree_in_scan_sidecar_and_reading(tmp_path, workers):
+    """Written with Latin-1 names (GNU tar), the same classes as a UTF-8 (pax) archive of the
+    same folders: the scan, its sidecar and the readers all name them alike."""
+    classes = ["caf\xe9", "na\xefve"]
+    files = [(f"train/{name}/{i}.jpg", solid(class_level(k))) for i in range(4)
+             for k, name in enumerate(classes)]
+    latin = _encoded_archive(tmp_path / "latin.tgz", files, "latin-1", tarfile.GNU_FORMAT)
+    utf8 = _encoded_archive(tmp_path / "utf8.tgz", files[:3], "utf-8", tarfile.PAX_FORMAT)
+    kw = dict(batch_size=8, size=8, device="cpu", normalize=False, workers=workers, train=False)
+    with ImageLoader(latin, **kw) as loader:
+        assert loader.vocab.classes == tuple(classes) and len(loader) == 1
+        images, labels = next(iter(loader))
+        assert labels.tolist() == [0, 1] * 4  # archive order: every image, none skipped
+        assert_labels_match_pixels(images, labels)
+        assert not loader.stats.skipped
+    with open(sidecar_path(latin), encoding="utf-8") as f:
+        assert json.load(f)["classes"] == {"caf\xe9": 4, "na\xefve": 4}
+    assert Vocabulary.from_archives(latin).classes == tuple(classes)  # from the sidecar
+    with ImageLoader(utf8, vocab=loader.vocab, **kw) as val:  # unknown labels would raise
+        images, labels = next(iter(val))
+        assert labels.tolist() == [0, 1, 0]
+        assert_labels_match_pixels(images, labels)

@@ -1,0 +1,190 @@
+"""The batched JPEG decoders that decode="cuda" can drive, and the choice among them.
+
+Three libraries decode a list of JPEGs on an NVIDIA GPU, and which is fastest depends on the
+images, not only on the host (scripts/bench_decoders.py, H200, batches of 256):
+
+    decoder, one call at a time          ImageNet-like 500x375     photos, 250-2,600 px wide
+    torchvision.io.decode_jpeg           17,500-23,500 img/s       5,500-6,400 img/s
+    torchcodec decode_jpeg               22,600                    6,000
+    nvImageCodec, new images per call    11,400                    7,700
+    nvImageCodec, images reused          13,000                    11,500-12,600
+
+and inside the loader (scripts/bench.py, loader alone, 8 readers, same host and run): photos
+nvImageCodec 9,943, torchvision 8,318, torchcodec 7,694 img/s; ImageNet-like nvImageCodec
+17,417, torchcodec 17,378. A trial of each decoder on the first batches picked wrongly there
+(nvImageCodec's kept images make its first calls its slowest), so `Options(gpu_decoder=
+"auto")` (the default) takes the first installed of nvImageCodec, TorchCodec, torchvision.
+All of them upsample chroma by replicating samples (nvJPEG's default, and DALI's): pixels
+differ from Pillow's (which interpolates) by about one level on average, up to ~100 at sharp
+colour edges, the same for each decoder.
+
+nvImageCodec is the codec library DALI decodes with: its decoder uses the GPU's hardware JPEG
+engines and CUDA kernels fed by CPU threads together. Two things make it fast here: its
+output images are kept and decoded into again (allocating 256 device buffers per batch cost a
+third of its time), and nobody wraps them in tensors (the crop kernel reads them by address,
+gpucrop.image_geometry). torchvision's image decoding is deprecated since 0.29 (TorchCodec
+replaces it), so it comes last.
+
+Every decoder works on the current CUDA stream: its outputs are ready in stream order, and
+nvImageCodec decodes into kept images only after the work queued before on that stream (its
+"pre-sync"), so the previous batch's crops have read them first.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import sys
+import warnings
+from typing import Protocol
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+DECODERS = ("nvimgcodec", "torchcodec", "torchvision")
+_NVJPEG_WHEEL_LIBS = ("nvidia/cu13/lib/libnvjpeg.so.13", "nvidia/nvjpeg/lib/libnvjpeg.so.12")
+
+
+class JpegDecoder(Protocol):
+    """decode(datas) -> one (C, H, W) uint8 image per JPEG on the current stream, or None
+    where that JPEG could not be decoded; raises RuntimeError when the whole call failed.
+    `stream_ordered`: whether it writes its outputs in the current stream's order."""
+
+    name: str
+    stream_ordered: bool
+
+    def decode(self, datas: list[np.ndarray]) -> list: ...
+
+
+class TorchvisionJpeg:
+    name = "torchvision"
+    stream_ordered = False  # writes from its own stream: see GpuDecode._wait_for_last_batch
+
+    def __init__(self, device: torch.device, mode: str):
+        with warnings.catch_warnings():
+            # Deprecated since 0.29, still the one decoder that every torchvision has:
+            # it is tried last (module docstring), and the warning is not the user's.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from torchvision.io import ImageReadMode, decode_jpeg
+        self.device, self._decode = device, decode_jpeg
+        self._mode = ImageReadMode.RGB if mode == "RGB" else ImageReadMode.GRAY
+
+    def decode(self, datas: list[np.ndarray]) -> list:
+        # One call for the whole list: nvJPEG's batched decoder, on the current stream.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return self._decode([torch.from_numpy(d) for d in datas], mode=self._mode,
+                                device=self.device)
+
+
+class TorchCodecJpeg:
+    name = "torchcodec"
+    stream_ordered = True
+
+    def __init__(self, device: torch.device, mode: str):
+        from torchcodec.decoders import decode_jpeg
+        self.device, self._decode, self._mode = device, decode_jpeg, \
+            "RGB" if mode == "RGB" else "GRAY"
+
+    def decode(self, datas: list[np.ndarray]) -> list:
+        return self._decode([torch.from_numpy(d) for d in datas], mode=self._mode,
+                            device=self.device)
+
+
+class NvImageCodecJpeg:
+    """nvImageCodec's batched decoder with all its backends (hardware engines, CUDA, CPU).
+
+    The images of one call are kept and decoded into by the next (by position, largest JPEG
+    first, so each kept buffer settles near the size its position needs: device memory stays
+    about a batch of decoded images instead of growing to batch x the largest image)."""
+
+    name = "nvimgcodec"
+    stream_ordered = True  # decodes after the work queued before on our stream (pre-sync)
+
+    def __init__(self, device: torch.device, mode: str, threads: int | None = None):
+        _load_nvjpeg_wheel()
+        from nvidia import nvimgcodec as nv
+        self.nv, self.device = nv, device
+        on_cpu = device.type != "cuda"  # the CPU backend (libjpeg-turbo): tests without a GPU
+        self.decoder = nv.Decoder(
+            device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY if on_cpu else device.index or 0,
+            max_num_cpu_threads=threads or 0,
+            backends=[nv.Backend(nv.CPU_ONLY)] if on_cpu else None,
+            # Replicated chroma samples: as torchvision's and DALI's GPU decode, and twice as
+            # fast on photos (the hardware engines do not interpolate).
+            options="nvjpeg_hw_decoder:fancy_upsampling=0 nvjpeg_cuda_decoder:fancy_upsampling=0")
+        gray = mode != "RGB"
+        self.params = nv.DecodeParams(
+            apply_exif_orientation=False,  # the packers sent rotated JPEGs to the CPU path
+            color_spec=nv.ColorSpec.GRAY if gray else nv.ColorSpec.SRGB,
+            sample_format=nv.SampleFormat.P_Y if gray else nv.SampleFormat.P_RGB)
+        self.kept: list = []
+
+    def decode(self, datas: list[np.ndarray]) -> list:
+        streams = [self._code_stream(d) for d in datas]
+        order = sorted(range(len(streams)), key=lambda i: -_pixels(streams[i]))
+        todo = [streams[i] for i in order if streams[i] is not None]
+        images = self._decode(todo) if todo else []
+        out: list = [None] * len(datas)
+        for i, image in zip([i for i in order if streams[i] is not None], images):
+            out[i] = image
+        return out
+
+    def _code_stream(self, data: np.ndarray):
+        try:
+            stream = self.nv.CodeStream(data)
+            stream.width  # parsed on first use: a header it cannot parse fails here
+            return stream
+        except RuntimeError:  # this image alone goes elsewhere (GpuDecode retries, Pillow)
+            return None
+
+    def _decode(self, streams: list) -> list:
+        reuse = self.kept[:len(streams)] if len(self.kept) >= len(streams) else None
+        stream = torch.cuda.current_stream(self.device).cuda_stream \
+            if self.device.type == "cuda" else 0
+        images = self.decoder.decode(streams, params=self.params, cuda_stream=stream,
+                                     **({"images": reuse} if reuse else {}))
+        if reuse is None:  # first call, or a longer list: these become the kept ones (the
+            # old ones are freed in stream order); a failed one leaves a gap until next time
+            self.kept = [image for image in images if image is not None]
+        return images
+
+
+def _pixels(stream) -> int:
+    return -1 if stream is None else stream.width * stream.height
+
+
+def _load_nvjpeg_wheel() -> None:
+    """nvImageCodec opens libnvjpeg by name, so an older copy on the library path (a CUDA
+    toolkit's) wins over the nvidia-nvjpeg wheel installed beside it. Before nvJPEG 13.2 the
+    hardware decoder's region decoding misbehaves and it warns about it; load the wheel's."""
+    for entry in sys.path:
+        for name in _NVJPEG_WHEEL_LIBS:
+            path = os.path.join(entry or ".", name)
+            if os.path.exists(path):
+                try:
+                    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                except OSError as error:
+                    log.info("imageloader: could not load %s: %s", path, error)
+                    continue
+                return
+
+
+def available(device: torch.device, mode: str, choice: str = "auto") -> list[JpegDecoder]:
+    """The decoders that load here, best first (`choice` alone, if given)."""
+    if choice not in ("auto", *DECODERS):
+        raise ValueError(f"gpu_decoder must be 'auto' or one of {DECODERS}, got {choice!r}")
+    kinds = {"nvimgcodec": NvImageCodecJpeg, "torchcodec": TorchCodecJpeg,
+             "torchvision": TorchvisionJpeg}
+    found, errors = [], {}
+    for name in DECODERS if choice == "auto" else (choice,):
+        try:
+            found.append(kinds[name](device, mode))
+        except Exception as error:  # not installed, built for another torch or CUDA
+            errors[name] = f"{type(error).__name__}: {error}"
+    if choice != "auto" and not found:
+        raise ImportError(f"gpu_decoder={choice!r} is not usable here: {errors[choice]}")
+    for name, error in errors.items():
+        log.info("imageloader: GPU JPEG decoder %s unavailable (%s)", name, error)
+    return found

@@ -1,0 +1,103 @@
+"""gpujpeg: the batched JPEG decoders of decode="cuda", and which of them is used.
+
+nvImageCodec runs here on its CPU backend (libjpeg-turbo), so its handling (code streams,
+kept images, order, failures) is tested without a GPU; tests/test_gpudecode.py runs it on CUDA.
+"""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from conftest import encode, photo
+from imageloader.gpujpeg import DECODERS, available
+
+try:
+    from nvidia import nvimgcodec  # noqa: F401
+    HAS_NVIMGCODEC = True
+except Exception:
+    HAS_NVIMGCODEC = False
+nvimgcodec_cpu = pytest.mark.skipif(not HAS_NVIMGCODEC, reason="nvidia-nvimgcodec not installed")
+CPU = torch.device("cpu")
+
+
+def as_array(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, np.uint8)
+
+
+def jpeg(seed: int, size, subsampling=2, mode="RGB") -> bytes:
+    image = Image.open(io.BytesIO(photo(seed, size, fmt="PNG"))).convert(mode)
+    return encode(image, "JPEG", subsampling=subsampling, quality=90)
+
+
+def pillow_chw(data: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB")).transpose(2, 0, 1)
+
+
+def nvimgcodec_on_cpu():
+    (decoder,) = available(CPU, "RGB", "nvimgcodec")
+    return decoder
+
+
+@nvimgcodec_cpu
+def test_nvimgcodec_decodes_every_layout_like_pillow():
+    files = [jpeg(1, (64, 48), 2), jpeg(2, (48, 64), 1), jpeg(3, (33, 17), 0),
+             jpeg(4, (40, 40), mode="L"), jpeg(5, (200, 120))]
+    images = nvimgcodec_on_cpu().decode([as_array(d) for d in files])
+    for data, image in zip(files, images):
+        ours = np.asarray(image)
+        assert ours.shape == pillow_chw(data).shape  # (3, H, W), gray as RGB too
+        assert np.abs(ours.astype(int) - pillow_chw(data)).max() <= 1
+
+
+@nvimgcodec_cpu
+def test_nvimgcodec_refills_the_images_it_kept_largest_first():
+    decoder = nvimgcodec_on_cpu()
+    first = [jpeg(k, size) for k, size in enumerate([(40, 30), (120, 90), (64, 48)])]
+    second = [jpeg(10 + k, size) for k, size in enumerate([(30, 40), (64, 48), (50, 50)])]
+    out1 = decoder.decode([as_array(d) for d in first])
+    kept = list(decoder.kept)
+    assert [image.shape for image in kept] == [(3, 90, 120), (3, 48, 64), (3, 30, 40)]
+    assert kept[0] is out1[1]  # the largest JPEG went first
+    out2 = decoder.decode([as_array(d) for d in second])
+    assert {id(image) for image in out2} == {id(image) for image in kept}  # no new buffers
+    for data, image in zip(second, out2):  # refilled with this batch's pixels and shapes
+        assert np.abs(np.asarray(image).astype(int) - pillow_chw(data)).max() <= 1
+
+
+@nvimgcodec_cpu
+def test_nvimgcodec_marks_what_it_cannot_decode_and_decodes_the_rest():
+    good = jpeg(1, (64, 48))
+    truncated = good[:len(good) // 3]
+    images = nvimgcodec_on_cpu().decode([as_array(d) for d in
+                                         (good, b"not a jpeg at all" * 4, truncated, good)])
+    assert images[1] is None and images[2] is None
+    for image in (images[0], images[3]):
+        assert np.abs(np.asarray(image).astype(int) - pillow_chw(good)).max() <= 1
+
+
+def test_unknown_or_missing_decoders_are_clear_errors(monkeypatch):
+    with pytest.raises(ValueError, match="gpu_decoder must be"):
+        available(CPU, "RGB", "nvjpeg")
+    import builtins
+    real_import = builtins.__import__
+
+    def no_torchcodec(name, *args, **kwargs):
+        if name.startswith("torchcodec"):
+            raise ImportError("No module named 'torchcodec'")
+        return real_import(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", no_torchcodec)
+    with pytest.raises(ImportError, match="torchcodec.*not usable"):
+        available(CPU, "RGB", "torchcodec")
+    assert "torchcodec" not in [d.name for d in available(CPU, "RGB")]
+
+
+def test_auto_prefers_nvimgcodec_then_torchcodec_then_torchvision():
+    names = [decoder.name for decoder in available(CPU, "RGB")]
+    assert names == [name for name in DECODERS if name in names]
+    assert DECODERS == ("nvimgcodec", "torchcodec", "torchvision")
+    if HAS_NVIMGCODEC:
+        assert names[0] == "nvimgcodec"
