@@ -20,13 +20,8 @@ import os
 import numpy as np
 from PIL import Image
 
-import sys
-from pathlib import Path
+from imageloader.pack import write_reproducible_tgz
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when loaded by path in tests
-from tarwrite import write_reproducible_tgz  # noqa: E402
-
-# A constant timestamp so the archive bytes do not depend on when they were built.
 # load_digits pixel values are counts in 0..16 (4x4 blocks of a 32x32 bitmap).
 DIGITS_MAX_VALUE = 16
 

@@ -56,13 +56,8 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image, ImageDraw
 
-import sys
-from pathlib import Path
+from imageloader.pack import reproducible_tarinfo
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when loaded by path in tests
-from tarwrite import reproducible_tarinfo  # noqa: E402
-
-# A constant timestamp so the archive bytes do not depend on when they were built.
 # Images handed to a worker per task: large enough to amortise IPC and the
 # per-piece flush, small enough to keep every worker busy until the end.
 IMAGES_PER_TASK = 16
