@@ -32,7 +32,7 @@ from .cache import PlainCopy, on_copy, plain_copies
 from .decode import ALLOWED_FORMATS, Augment, Decoder, JpegPacker
 from .gpudecode import GpuDecode, Packed
 from .gpujpeg import available as gpu_jpeg_decoders
-from .errors import Limits, check_policy
+from .errors import Limits, check_policy, counted
 from .pool import BufferPool, HostBatch
 from .prefetch import Normalize, Prefetcher, release_batch, resolve_device
 from .read import Region, Source, expand_sources, source_name
@@ -180,6 +180,9 @@ class ImageLoader:
                  options: Options | None = None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if workers is not None and workers < 0:
+            raise ValueError(f"workers must be >= 0 (decode processes; 0 decodes in this "
+                             f"process, None: the cores but one), got {workers}")
         self.options = options = options or Options()
         check_policy("on_error", options.on_error)
         check_policy("unknown_labels", options.unknown_labels)
@@ -591,7 +594,7 @@ class ImageLoader:
             _tally(self._gpu.take_counts(), self.stats)
         if self.stats.skipped:
             warnings.warn(f"epoch {self.stats.epoch}: skipped "
-                          f"{sum(self.stats.skipped.values())} members of "
+                          f"{counted(sum(self.stats.skipped.values()), 'member')} of "
                           f"{', '.join(source_name(s) for s in self.sources[:3])}"
                           f"{'...' if len(self.sources) > 3 else ''}: "
                           f"{dict(sorted(self.stats.skipped.items()))}", stacklevel=3)

@@ -106,8 +106,16 @@ def test_skipped_images_are_counted_replaced_and_warned(tmp_path):
             assert_labels_match_pixels(images, labels)
 
 
+def test_one_skipped_member_is_one_member(tmp_path):
+    path = write_archive(tmp_path / "a.tgz", labeled_files(2, 2) + [("t/c00/n.txt", b"x")])
+    with raw_loader(path, batch_size=4, workers=0) as loader:
+        with pytest.warns(UserWarning, match=r"epoch 0: skipped 1 member of .*a.tgz: "
+                                             r"\{'not_image': 1\}"):
+            collect(loader)
+
+
 def test_on_error_raise_names_member(tmp_path):
-    path = write_archive(tmp_path / "a.tgz", labeled_files(1, 2) + [("t/c00/z.jpg", b"junk")])
+    path = write_archive(tmp_path / "a.tgz", labeled_files(2, 2) + [("t/c00/z.jpg", b"junk")])
     for workers in (0, 1):
         loader = raw_loader(path, batch_size=8, workers=workers,
                             options=Options(on_error="raise"))
@@ -224,6 +232,8 @@ def test_repr_and_invalid_arguments(labeled_archive):
         ImageLoader(labeled_archive, batch_size=0)
     with pytest.raises(ValueError):
         ImageLoader(labeled_archive, options=Options(on_error="ignore"))
+    with pytest.raises(ValueError, match="workers must be >= 0 .* got -1"):
+        ImageLoader(labeled_archive, workers=-1)
     loader = raw_loader(labeled_archive)
     assert "5 classes" in repr(loader)
     with warnings.catch_warnings():

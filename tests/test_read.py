@@ -361,3 +361,14 @@ def test_damage_far_into_a_big_archive_names_the_member_that_holds_it(tmp_path):
         # takes 100,352 bytes + a 512-byte header. Allow the member before (inflaters buffer).
         holder = cut // (100_352 + 512)
         assert holder - 2 <= info.value.index <= holder + 1, (inflate, str(info.value))
+
+
+def test_a_folder_as_the_source_says_pass_an_archive_and_how_to_make_one(tmp_path):
+    (tmp_path / "photos" / "cat").mkdir(parents=True)
+    folder = str(tmp_path / "photos")
+    with pytest.raises(IsADirectoryError) as info:
+        expand_sources(folder)
+    message = str(info.value)
+    assert message.startswith(f"{folder!r} is a folder: pass an archive (.tgz, .tar.gz, .tar)")
+    assert f"python -m imageloader pack {folder} {folder}.tgz" in message
+
