@@ -112,6 +112,8 @@ class LoaderStats:
     decode: str = "cpu"
     inflate: str = ""
     workers: int = 0
+    readers: int = 0                    # reader processes (0: read in the calling process)
+    regions: int = 0                    # regions the archives were cut into (0: read whole)
     fallbacks: Counter = field(default_factory=Counter)  # decode="cuda": CPU-decoded, by why
     padded: int = 0                     # batches repeated so that ranks take equal steps
     cpu_share: float = 0.0              # decode="cuda": the share batches are given now
@@ -360,9 +362,12 @@ class ImageLoader:
 
     def _iterate(self, epoch: int, resume: dict | None = None):
         self._ensure_started()
+        parts = self._parts()
         self.stats = LoaderStats(epoch=epoch, decode=self.decode_name, workers=self.workers,
                                  inflate=_inflater_name(self.sources, self.options,
-                                                        self._copies))
+                                                        self._copies),
+                                 readers=self._workers.readers if self._workers else 0,
+                                 regions=sum(isinstance(p, Region) for p in parts))
         progress = self._progress = _Progress.start(epoch, self.workers, resume)
         self.stats.skipped.update(progress.skipped)
         started = time.perf_counter()

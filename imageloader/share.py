@@ -6,8 +6,8 @@ Why a share at all: with decode="cuda" nvJPEG's colour conversion and our crops 
 beside the model (~1 ms of a 55 ms ResNet-50 step on an H200). A model that keeps the GPU busy
 loses that time, while the host's cores sit mostly idle: there, images the packers decode on
 the CPU cost the GPU nothing. A model that the CPUs cannot feed (ResNet-18) needs every core for
-reading, and loses at once when the packers decode (scripts/results/h200-probe-queues: 3-6
-points at a share of 0.15). So the share rises only while at least half of the cores are idle
+reading, and loses at once when the packers decode (3-6 points at a share of 0.15 on the H200
+host). So the share rises only while at least half of the cores are idle
 and the consumer does not wait for batches, and falls as soon as either stops being true.
 
 The parent decides; each batch buffer carries its share (batch.py's `cpu_share` field), written

@@ -1,6 +1,6 @@
-"""Tests for the dataset scripts in scripts/ (make_imagenet_like, make_digits, bench_inflate).
+"""scripts/bench/: the data generators (make_imagenet_like, make_digits) and bench_inflate.
 
-scripts/ is not a package, so each script is loaded from its file; every test
+scripts/bench/ is not a package, so each script is loaded from its file; every test
 calls the script's main() in-process on tiny inputs.
 """
 
@@ -19,14 +19,14 @@ import pytest
 from PIL import Image
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS_DIR = REPO_ROOT / "scripts"
+SCRIPTS_DIR = REPO_ROOT / "scripts" / "bench"
 DATA_DIR = REPO_ROOT / "data"
 
 
 def load_script(name, monkeypatch):
-    """Import scripts/<name>.py as module <name>.
+    """Import scripts/bench/<name>.py as module <name>.
 
-    It is registered in sys.modules and scripts/ is put on sys.path so that
+    It is registered in sys.modules and scripts/bench/ is put on sys.path so that
     multiprocessing workers can find its functions by name, whatever the start method.
     """
     monkeypatch.syspath_prepend(str(SCRIPTS_DIR))

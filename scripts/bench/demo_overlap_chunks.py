@@ -12,7 +12,7 @@ With a copy engine per direction, chunk i's kernel can run while chunk i+1 is
 copied in and chunk i-1 copied out, so (2) and (3) approach max(copy, kernel)
 instead of their sum.  Every variant must produce exactly the same bytes.
 
-    python scripts/demo_overlap_chunks.py --size 67108864 --chunks 4 --out bench-out/overlap.json
+    python scripts/bench/demo_overlap_chunks.py --size 67108864 --chunks 4 --out bench-out/overlap.json
 """
 
 from __future__ import annotations

@@ -36,9 +36,9 @@ ordinary tar stream; a piece never spans two shards, so the single archive and
 the shards reuse the same compressed bytes. (Hence the single archive's gzip
 bytes, though not the tar inside, also depend on ``--shards``.)
 
-    python scripts/make_imagenet_like.py                      # 16,000 images -> bench-data/imagenet-like.tgz
-    python scripts/make_imagenet_like.py --images 200 --classes 10 --out bench-data/small.tgz
-    python scripts/make_imagenet_like.py --sizes photos --images 32000 --out bench-data/photos.tgz
+    python scripts/bench/make_imagenet_like.py                      # 16,000 images -> bench-data/imagenet-like.tgz
+    python scripts/bench/make_imagenet_like.py --images 200 --classes 10 --out bench-data/small.tgz
+    python scripts/bench/make_imagenet_like.py --sizes photos --images 32000 --out bench-data/photos.tgz
 """
 
 import argparse

@@ -1,7 +1,7 @@
 """Timeline of GPU activity from a torch.profiler chrome trace: is the host->device copy hidden?
 
-    python scripts/plot_timeline.py trace.json --out timeline.png
-    python scripts/plot_timeline.py p0.json.gz --compare p2.json.gz --labels prefetch=0 prefetch=2
+    python scripts/bench/plot_timeline.py trace.json --out timeline.png
+    python scripts/bench/plot_timeline.py p0.json.gz --compare p2.json.gz --labels prefetch=0 prefetch=2
 
 Reads a trace written by `prof.export_chrome_trace(path)` (plain JSON or .json.gz) and draws one
 row per CUDA stream: compute kernels in one colour, memcpy (HtoD / DtoH / DtoD ...) in a second,

@@ -1,6 +1,6 @@
 """Host->device copy bandwidth of one batch-sized buffer, by kind of host memory.
 
-    python scripts/bench_h2d.py --out bench-out/h2d.json
+    python scripts/bench/bench_h2d.py --out bench-out/h2d.json
 
 One uint8 batch (default 256 x 224 x 224 x 3 = 38.5 MB) is copied with
 `dst.copy_(src, non_blocking=True)` into a preallocated device tensor on a side stream, from:
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when loaded by 
 from report import cuda_report, write_report  # noqa: E402
 
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from imageloader.pool import BufferPool  # noqa: E402

@@ -1,6 +1,6 @@
 """GPU time of decode="cuda"'s training crops per batch: Triton's one kernel vs roi_align.
 
-    python scripts/bench_gpu_crop.py [--batch 256] [--size 224]
+    python scripts/bench/bench_gpu_crop.py [--batch 256] [--size 224]
 
 Decodes nothing: random uint8 (3, H, W) images stand in for nvJPEG's output, with crop boxes
 and flips drawn as the packers draw them (RandomResizedCrop's scale and ratio). Two batches:
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from imageloader import configure_cuda_queues  # noqa: E402
 from imageloader.decode import Augment, Decoder, random_resized_crop_box  # noqa: E402
 from imageloader.gpudecode import GpuDecode  # noqa: E402

@@ -10,7 +10,7 @@ are byte-reproducible: sorted members, fixed metadata, gzip header mtime=0.
 
 Needs scikit-learn (``pip install scikit-learn``); the package itself does not.
 
-    python scripts/make_digits.py
+    python scripts/bench/make_digits.py
 """
 
 import argparse

@@ -1,6 +1,6 @@
 """Inflate rate per core, and the plain copy (imageloader/cache.py) read instead; no GPU needed.
 
-    python scripts/bench_inflate.py --archive bench-data/photos.tgz [--sample-mb 500]
+    python scripts/bench/bench_inflate.py --archive bench-data/photos.tgz [--sample-mb 500]
 
 Rows (MB are of the tar stream, 1e6 bytes; "per core" is MB per CPU-second of this process,
 inflater threads included, so it holds on a busy machine where wall-clock rates do not):
@@ -28,7 +28,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from imageloader.cache import PlainCopy, ensure_copy, on_copy  # noqa: E402
 from imageloader.read import (available_inflaters, iter_members, open_region,  # noqa: E402
                               open_stream)

@@ -1,7 +1,7 @@
 """JPEG decoders side by side on the same images: which one, with which backends and how many in
 flight, decodes a photo collection fastest on this host (GPU decoders need CUDA).
 
-    python scripts/bench_decoders.py --archive bench-data/photos.tgz --images 4096 --out dec.json
+    python scripts/bench/bench_decoders.py --archive bench-data/photos.tgz --images 4096 --out dec.json
 
 Each row decodes the same `--images` JPEGs of the archive in batches of `--batch`, after one
 untimed pass over them (buffers grown), and reports images/s and the cores its process used. Rows:
@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from imageloader import configure_cuda_queues  # noqa: E402
 from imageloader.decode import Augment, Decoder, random_resized_crop_box  # noqa: E402
 

@@ -17,7 +17,7 @@ stages the data through its own pinned buffer, and pageable D2H copies are
 fully synchronous: issued behind the kernel on the same stream, they block the
 host for the kernel *and* the copy, whatever ``non_blocking`` says.
 
-    python scripts/demo_pinned_pageable.py --mb 256 --out bench-out/pinned.json
+    python scripts/bench/demo_pinned_pageable.py --mb 256 --out bench-out/pinned.json
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Benchmark: our loader against the data-on-GPU ceiling and peer recipes, in ONE run.
 
-    python scripts/bench.py --out bench-out/results.json --plot bench-out/bench.png
+    python scripts/bench/bench.py --out bench-out/results.json --plot bench-out/bench.png
 
-Builds (or takes) an ImageNet-like archive of photo-like JPEGs (scripts/make_imagenet_like.py),
+Builds (or takes) an ImageNet-like archive of photo-like JPEGs (scripts/bench/make_imagenet_like.py),
 then measures, each after warm-up and with torch.cuda.synchronize() around the timed region:
 - ceiling: the training step with a uint8 batch already on the GPU (normalized each step);
 - ours: ImageLoader on the ONE .tgz, training, for each --prefetch value; data-wait and the
@@ -30,9 +30,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))  # bench_reader, also when imported from elsewhere
+sys.path.insert(0, str(REPO / "scripts" / "bench"))  # bench_reader, also when imported from elsewhere
 
 from imageloader import ImageLoader, Normalize, configure_cuda_queues  # noqa: E402
 from imageloader.decode import Augment, Decoder  # noqa: E402
@@ -82,7 +82,7 @@ def ensure_archive(args) -> tuple[str, list[str]]:
     if not archive.exists() or (args.shards and len(shards) != args.shards):
         # A subprocess: the generator's multiprocessing pool must import it by path.
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, str(REPO / "scripts/make_imagenet_like.py"),
+        subprocess.run([sys.executable, str(REPO / "scripts/bench/make_imagenet_like.py"),
                         "--out", str(archive), "--images", str(args.images),
                         "--classes", str(args.classes), "--shards", str(args.shards),
                         "--sizes", args.sizes],
@@ -257,8 +257,7 @@ def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = N
         torch.cuda.synchronize()
         rate = n / (time.perf_counter() - t0)
         memory = {k: round(v - before.get(k, 0), 2) for k, v in memory_in_use().items()}
-        workers, readers = loader.workers, loader._workers.readers if loader._workers else 0
-        regions = len(loader._parts()) if len(loader._parts()) > 1 else 0
+        workers, readers, regions = loader.workers, loader.stats.readers, loader.stats.regions
         decoder = loader.decode_name
     name = f"ours loader alone, {decode} decode, {readers} reader(s)" + (
         f" in {regions} regions" if regions else ", one stream")

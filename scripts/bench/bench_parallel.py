@@ -12,7 +12,7 @@ with CUDA events: warm-up, then the median of ``--repeats`` timings, each the
 mean over ``--iters`` back-to-back calls.  ``--cuda-graph`` replays a captured
 forward instead, which takes the CPU's launch cost out of the picture.
 
-    python scripts/bench_parallel.py --out bench-out/parallel.json
+    python scripts/bench/bench_parallel.py --out bench-out/parallel.json
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from report import cuda_report, write_report  # noqa: E402
 try:
     from imageloader.parallel import Parallel
 except ImportError:  # run from a checkout without installing the package
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from imageloader.parallel import Parallel
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -1,6 +1,6 @@
 """The reader's rate, alone and feeding packing workers as with decode="cuda" (no GPU needed).
 
-    python scripts/bench_reader.py --archive bench-data/imagenet-like.tgz --workers 2
+    python scripts/bench/bench_reader.py --archive bench-data/imagenet-like.tgz --workers 2
 
 With GPU decoding the workers only screen JPEG headers and copy bytes into the batch arena, so
 the loader runs at the rate one reader process walks the archive AND hands members to the
@@ -12,20 +12,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import os
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # profile_gpu_decode
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from imageloader.batch import Task  # noqa: E402,F401  (workers unpickle it)
 from imageloader.decode import Augment, Decoder, JpegPacker  # noqa: E402
 from imageloader.loader import default_workers  # noqa: E402
 from imageloader.pool import BufferPool  # noqa: E402
 from imageloader.vocab import Vocabulary  # noqa: E402
 from imageloader.workers import ReadPlan, WorkerPool  # noqa: E402
-from profile_gpu_decode import _cpu_seconds  # noqa: E402
 
 
 def walk_cost(archive: str, inflate: str, members: int = 6000) -> dict:
@@ -52,9 +52,20 @@ def reader_alone(plan: ReadPlan, seconds: float) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def _process_cpu(procs: WorkerPool) -> dict:
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process, all its threads (/proc/PID/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:  # gone meanwhile
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _process_cpu() -> dict:
+    """CPU seconds of this process's children (the pool's readers and packers), by role."""
     out: dict = {}
-    for proc in procs._procs:
+    for proc in multiprocessing.active_children():
         role = "reader" if "reader" in proc.name else "packers"
         out[role] = out.get(role, 0.0) + _cpu_seconds(proc.pid)
     return out
@@ -73,9 +84,9 @@ def reader_to_packers(plan: ReadPlan, workers: int, seconds: float, ring_mb: int
                 n += buf.count
                 pool.release(buf)
                 if t0 is None and n >= 4 * plan.batch_size:  # start-up excluded
-                    t0, n, cpu0 = time.perf_counter(), 0, _process_cpu(procs)
+                    t0, n, cpu0 = time.perf_counter(), 0, _process_cpu()
                 if t0 is not None and time.perf_counter() - t0 > seconds:
-                    wall, cpu1 = time.perf_counter() - t0, _process_cpu(procs)
+                    wall, cpu1 = time.perf_counter() - t0, _process_cpu()
                     # CPU per member of the reader process (all its threads: inflater too)
                     return {"img_per_s": round(n / wall),
                             "reader_cpu_us_per_member": round(
