@@ -43,6 +43,16 @@ from .workers import ReadPlan, WorkerPool
 
 log = logging.getLogger(__name__)
 
+# Sizes and priorities that were options once: tuning them measured no end-to-end gain
+# (scripts/bench/README.md, "Settings that became constants"). Tests set them here.
+ARENA_PER_IMAGE = 192 << 10     # decode="cuda": JPEG bytes per batch slot; a JPEG that does not
+                                # fit is decoded on the CPU (stats.fallbacks["arena_full"])
+RING_BYTES: int | None = None   # per worker, shared memory for member bytes in transit; None:
+                                # ~2 batches of them (_ring_bytes); 0: through pipes
+GPU_DECODE_NICE = 10            # added to readers' and packers' niceness with GPU decoding: the
+                                # parent's decode thread is on the critical path, they have slack
+CPU_DECODE_NICE = 0             # with CPU decoding the workers are the critical path
+
 
 @dataclass(frozen=True)
 class Options:
@@ -65,32 +75,16 @@ class Options:
                                         # stays free); None: inflate every epoch
     timeout: float = 300.0              # seconds without any batch before erroring out
     lookahead: bool = True              # start reading epoch e+1 as soon as e is fully read
-    cpu_share: float | str | None = None  # decode="cuda": share of the images the packers
+    cpu_share: float | None = None      # decode="cuda": share of the images the packers
                                         # decode on the CPU instead (they reach the GPU as
-                                        # pixels), for models that keep the GPU busy; "auto":
-                                        # steered while training (share.py): which images go
-                                        # which way then depends on timing, and the two
-                                        # paths' pixels differ by a level or two. None: 0,
+                                        # pixels), for models that keep the GPU busy. None: 0,
                                         # or with decode="auto" a trial of 0 against 1
-    switch_interval: float | None = None  # decode="cuda": sys.setswitchinterval while the
-                                        # decode threads run, e.g. 2e-4 when the training loop
-                                        # is mostly Python (prefetch.py says why); None: the
-                                        # interpreter's (5 ms)
     gpu_decoder: str = "auto"           # decode="cuda": "nvimgcodec", "torchcodec",
                                         # "torchvision", or "auto": the first of those
                                         # installed (the fastest measured, gpujpeg.py)
     gpu_crop: str = "auto"              # decode="cuda", training crops: "triton" (one
                                         # kernel per batch, gpucrop.py), "roi_align"
                                         # (torchvision ops), "auto": triton where it runs
-    worker_nice: int | None = None      # added to the reader and decode processes' niceness,
-                                        # so that the training process's threads come first.
-                                        # None: 10 with decode="cuda" (ResNet-18 +1-2 points
-                                        # of its rate on the H200 host), else 0
-    stream_priority: int = 0            # CUDA priority of the loader's side stream
-                                        # (-1: ahead of the training's kernels; prefetch.py)
-    arena_per_image: int = 192 << 10    # decode="cuda": packed JPEG bytes per batch slot
-    ring_bytes: int | None = None       # per worker, shared memory for member bytes in transit
-                                        # (None: ~2.5 batches of them; 0: send through pipes)
     formats: tuple[str, ...] = ALLOWED_FORMATS
     rank: int | None = None             # None: from torch.distributed if initialized
     world_size: int | None = None
@@ -217,16 +211,13 @@ class ImageLoader:
             self._gpu = GpuDecode(self.decoder, self.normalize, self.device, jpeg,
                                   crop=options.gpu_crop)
             self.prefetcher = Prefetcher((), self.device, prefetch=max(prefetch, 1),
-                                         item_transform=self._gpu, threaded=True,
-                                         switch_interval=options.switch_interval,
-                                         priority=options.stream_priority)
+                                         item_transform=self._gpu, threaded=True)
             self._fill = JpegPacker(self.decoder)
             self.cpu_share = share_control(options.cpu_share, trial=trial)
         else:
             self._gpu = None
             self.prefetcher = Prefetcher((), self.device, prefetch=prefetch,
-                                         item_transform=_OnDevice(self.normalize),
-                                         priority=options.stream_priority)
+                                         item_transform=_OnDevice(self.normalize))
             self._fill = self.decoder
             check_share(options.cpu_share)  # a bad value is an error whatever the decode
             self.cpu_share = FixedShare(0.0)
@@ -277,7 +268,7 @@ class ImageLoader:
         # 4 -> 10k, 6 -> 14k, 8 -> 15-17k img/s), and a count that divides the packers: with
         # 10 packers and 8 readers (13.5k) the readers with two packers feed twice the batches.
         # CPU decode wants ~4-5k/s and every core a reader takes is one fewer for decoding:
-        # 2 readers beat 1, 3 and 4 there (scripts/profile_gpu_decode.py --configs).
+        # 2 readers beat 1, 3 and 4 there (H200 host; scripts/bench/README.md).
         if self._gpu is not None:
             return max(r for r in range(1, min(self.workers, 8) + 1) if self.workers % r == 0)
         return max(1, self.workers // 6)
@@ -523,12 +514,7 @@ class ImageLoader:
                         self.rank if world > 1 else 0, world)
 
     def _worker_nice(self) -> int:
-        nice = self.options.worker_nice
-        if nice is None:
-            # With GPU decoding the parent's nvJPEG thread is on the critical path and the
-            # packers and readers have slack (scripts/results/h200-probe-queues).
-            return 10 if self._gpu is not None else 0
-        return nice
+        return GPU_DECODE_NICE if self._gpu is not None else CPU_DECODE_NICE
 
     def _ensure_started(self) -> None:
         if self._pool is not None:
@@ -537,7 +523,7 @@ class ImageLoader:
         # GPU decode: the prefetcher's collecting thread holds up to 3 more filled buffers
         # (2 queued, 1 being submitted) that the workers must not go without.
         slots = self.prefetch + 2 + self.workers + (3 if self._gpu is not None else 0)
-        arena = self.batch_size * self.options.arena_per_image if self._gpu is not None else 0
+        arena = self.batch_size * ARENA_PER_IMAGE if self._gpu is not None else 0
         ring = self._ring_bytes() if self.workers > 0 else 0
         resources = _Resources(self.prefetcher)
         # Registered before anything is allocated: whatever happens next, close() and the
@@ -572,15 +558,15 @@ class ImageLoader:
         # One archive: one reader. It walks ~10k members/s on the GPU host, twice what 15
         # decoding processes consume. With GPU decode a second one (Options(readers=2): each
         # inflates the whole stream, ~0.3 ms of CPU per image, and keeps every other image)
-        # gained < 4% while using ~3 more cores (scripts/results/h200-probe/): it is not the
+        # gained < 4% while using ~3 more cores (H200 host): it is not the
         # wall there either.
         return 1
 
     def _ring_bytes(self) -> int:
         """Each worker's byte ring holds ~2 batches of compressed members. The mean member
         size comes from fresh sidecars (never a new scan), else 128 KiB is assumed."""
-        if self.options.ring_bytes is not None:
-            return self.options.ring_bytes
+        if RING_BYTES is not None:
+            return RING_BYTES
         mean = 128 << 10
         paths = [os.fspath(s) for s in self.sources if not hasattr(s, "read")]
         counts = [cached_image_count(p) for p in paths]
