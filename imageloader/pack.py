@@ -80,17 +80,17 @@ def image_files(src: str | os.PathLike) -> list[str]:
                                  f"folder")
     files = list_files(src)
     images = [p for p in files if os.path.splitext(p)[1].lower() in IMAGE_EXTENSIONS]
-    others = len(files) - len(images)
+    others = [p for p in files if os.path.splitext(p)[1].lower() not in IMAGE_EXTENSIONS]
     if others:
-        what = "1 file that is not an image" if others == 1 else \
-            f"{others} files that are not images"
-        log.warning("pack %s: left out %s (e.g. %s)", src, what,
-                    next(p for p in files if p not in set(images)))
+        what = "1 file that is not an image" if len(others) == 1 else \
+            f"{len(others)} files that are not images"
+        log.warning("pack %s: left out %s (e.g. %s)", src, what, others[0])
     loose = [p for p in images if "/" not in p]
     if loose:
-        raise ValueError(f"pack {src}: {len(loose)} of {len(images)} images lie directly in "
-                         f"the folder (e.g. {loose[0]}), not in a class folder; the class of an "
-                         f"image is its parent folder: lay the folder out as {LAYOUT}")
+        raise ValueError(f"pack {src}: {len(loose)} of {len(images)} images "
+                         f"{'lies' if len(loose) == 1 else 'lie'} directly in the folder (e.g. "
+                         f"{loose[0]}), not in a class folder; the class of an image is its "
+                         f"parent folder: lay the folder out as {LAYOUT}")
     if not images:
         raise ValueError(f"pack {src}: no images found (extensions "
                          f"{' '.join(sorted(IMAGE_EXTENSIONS))}); expected {LAYOUT}")

@@ -109,7 +109,7 @@ def test_images_outside_class_folders_are_refused_naming_the_layout(tmp_path):
     root = tmp_path / "flat"
     write_png(root / "a.png", 1)
     write_png(root / "cat" / "b.png", 2)
-    with pytest.raises(ValueError, match=r"1 of 2 images lie directly in the folder \(e.g. "
+    with pytest.raises(ValueError, match=r"1 of 2 images lies directly in the folder \(e.g. "
                                          r"a.png\).*<class>/<file>"):
         pack(root, tmp_path / "flat.tgz")
     assert not (tmp_path / "flat.tgz").exists()
