@@ -349,8 +349,9 @@ GZIP_DAMAGE = {"cut_small": _cut_small, "cut_mid": _cut_mid, "cut_trailer": _cut
 # Fixed in 4b97dad: rapidgzip-cut_small ("not a tar ... (empty file)"), rapidgzip-cut_trailer
 # (a bare "RuntimeError: std::exception") and isal-cut_mid (igzip_threaded raised on the first
 # read: "member #0" for a cut in the middle).
-# rapidgzip verifies the trailer's ISIZE (length mod 2**32) since 0.16; earlier versions read an
-# archive with a corrupt trailer length as valid, hence the requirement rapidgzip>=0.16.
+# rapidgzip verifies the trailer's ISIZE (length mod 2**32) from 0.16.2: 0.16.1 reads an archive
+# with a corrupt trailer length as valid and 0.16.0 aborts the process on a truncated one, hence
+# the requirement rapidgzip>=0.16.2 (CI's lowest-versions lane runs these at that version).
 INFLATER_BUGS: dict = {}
 
 

@@ -135,11 +135,20 @@ class PillowJpeg:
     device = torch.device("cpu")
 
     def decode(self, datas):
-        return [torch.from_numpy(np.array(Image.open(io.BytesIO(d.tobytes())).convert("RGB"))
-                                 ).permute(2, 0, 1) for d in datas]
+        images = []
+        for data in datas:
+            try:  # failing as nvJPEG does: RuntimeError
+                with Image.open(io.BytesIO(data.tobytes()), formats=("JPEG",)) as img:
+                    pixels = np.array(img.convert("RGB"))
+            except (OSError, ValueError) as error:
+                raise RuntimeError(f"not decodable: {error}") from error
+            images.append(torch.from_numpy(pixels).permute(2, 0, 1))
+        return images
 
 
 def cpu_jpeg_decoder():
+    """libjpeg through Pillow in nvJPEG's place. Not torchvision.io.decode_jpeg: deprecated
+    since torchvision 0.29."""
     return [PillowJpeg()]
 
 
