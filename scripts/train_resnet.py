@@ -31,9 +31,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from imageloader import ImageLoader, Normalize, configure_cuda_queues
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when loaded by path in tests
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # ranks.py, also when loaded by path
+from imageloader import ImageLoader, Normalize, configure_cuda_queues  # noqa: E402
 from ranks import setup_distributed  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

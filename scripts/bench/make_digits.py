@@ -20,7 +20,11 @@ import os
 import numpy as np
 from PIL import Image
 
-from imageloader.pack import write_reproducible_tgz
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # a checkout, not installed
+from imageloader.pack import write_reproducible_tgz  # noqa: E402
 
 # load_digits pixel values are counts in 0..16 (4x4 blocks of a 32x32 bitmap).
 DIGITS_MAX_VALUE = 16

@@ -56,7 +56,11 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image, ImageDraw
 
-from imageloader.pack import reproducible_tarinfo
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # a checkout, not installed
+from imageloader.pack import reproducible_tarinfo  # noqa: E402
 
 # Images handed to a worker per task: large enough to amortise IPC and the
 # per-piece flush, small enough to keep every worker busy until the end.
