@@ -8,38 +8,42 @@
 Iterating again starts the next epoch (shuffle reseeded with `seed + epoch`). With `workers=0`
 everything runs in the calling process; otherwise reader processes (one per archive, or per
 share of an archive's regions: index.py) and `workers` decode processes fill shared, page-locked
-batch buffers (workers.py). Processes start on first
-iteration, live across epochs, and stop on `close()`, on leaving a `with` block, or at exit.
+batch buffers (workers.py).
+
+The loader is an assembly of three objects with their own lifetimes:
+- its `Plan` (plan.py): parts, order, counts, steps, and the fingerprint a checkpoint must match;
+  decided on first use, plain data;
+- its `Runtime` (runtime.py): processes, shared and page-locked memory, the live epoch; started
+  by the first `iter()`, alive across epochs, ended once by `close()`, by leaving a `with`
+  block, when the loader is garbage-collected, or at exit;
+- an `EpochIterator` (epoch.py) per `iter()`: a newer one ends the older.
 """
 from __future__ import annotations
 
-import collections
 import logging
 import os
-import random
-import time
-import warnings
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable
 
 import torch
 
 from . import MAX_CONNECTIONS
-from .batch import FALLBACK, Counted, fill_batch
-from .cache import PlainCopy, on_copy, plain_copies
+from .cache import PlainCopy, plain_copies
 from .decode import ALLOWED_FORMATS, Augment, Decoder, JpegPacker
+from .epoch import EpochIterator, GpuStep, OnDevice, host_piece
+from .errors import Limits, check_policy
 from .gpudecode import GpuDecode, Packed
 from .gpujpeg import available as gpu_jpeg_decoders
-from .errors import Limits, check_policy, counted
-from .pool import BufferPool, HostBatch
-from .prefetch import Normalize, Prefetcher, release_batch, resolve_device
-from .read import Region, Source, expand_sources, source_name
+from .plan import Plan, Position, Settings, check_resume, cores, make_plan
+from .pool import BufferPool
+from .prefetch import Normalize, Prefetcher, resolve_device
+from .read import Region, Source, expand_sources
+from .runtime import LocalProducer, Runtime
 from .share import FixedShare, check_share, share_control
-from .vocab import (Vocabulary, archive_classes, archive_regions, as_vocabulary,
-                    cached_image_count)
-from .workers import ReadPlan, WorkerPool
+from .vocab import Vocabulary, as_vocabulary, cached_image_count
+from .workers import WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -126,15 +130,7 @@ def default_workers() -> int:
     Under torchrun the ranks of one host share its cores (LOCAL_WORLD_SIZE of them): without
     dividing, 8 ranks would each start cores - 1 workers."""
     ranks_here = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
-    return max(1, _cores() // ranks_here - 1)
-
-
-def _cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+    return max(1, cores() // ranks_here - 1)
 
 
 class ImageLoader:
@@ -211,13 +207,13 @@ class ImageLoader:
             self._gpu = GpuDecode(self.decoder, self.normalize, self.device, jpeg,
                                   crop=options.gpu_crop)
             self.prefetcher = Prefetcher((), self.device, prefetch=max(prefetch, 1),
-                                         item_transform=self._gpu, threaded=True)
+                                         item_transform=GpuStep(self._gpu), threaded=True)
             self._fill = JpegPacker(self.decoder)
             self.cpu_share = share_control(options.cpu_share, trial=trial)
         else:
             self._gpu = None
             self.prefetcher = Prefetcher((), self.device, prefetch=prefetch,
-                                         item_transform=_OnDevice(self.normalize))
+                                         item_transform=OnDevice(self.normalize))
             self._fill = self.decoder
             check_share(options.cpu_share)  # a bad value is an error whatever the decode
             self.cpu_share = FixedShare(0.0)
@@ -229,111 +225,47 @@ class ImageLoader:
                         "before CUDA starts, or set %s=32.", MAX_CONNECTIONS)
         self.stats = LoaderStats(decode=self.decode_name, workers=self.workers)
         self._next_epoch = 0
-        self._resume: dict | None = None
-        self._progress: _Progress | None = None
-        self._reader_skipped: Counter = Counter()
-        self._archive_counts: list[int] | None = None
-        self._part_list: tuple | None = None
-        self._pool: BufferPool | None = None
-        self._workers: WorkerPool | None = None
-        self._finalizer = None
-        # Epochs being iterated: close() ends them before freeing what their threads use.
-        self._iterations: weakref.WeakSet = weakref.WeakSet()
+        self._resume: Position | None = None   # loaded, for the next iteration
+        self._plan: Plan | None = None
+        self._runtime: Runtime | None = None
+        self._finalizer: weakref.finalize | None = None
 
-    # ---- sizes -----------------------------------------------------------------------------
+    # ---- the plan: sizes and order ---------------------------------------------------------
+
+    @property
+    def plan(self) -> Plan:
+        """Parts, order, counts and steps of every epoch; decided on first use."""
+        if self._plan is None:
+            o = self.options
+            self._plan = make_plan(Settings(
+                self.sources, dict(self.vocab.index), self.batch_size, self.seed,
+                self.shuffle_buffer, self.drop_last, self.rank, self.world_size, self.workers,
+                gpu=self._gpu is not None, options=o, copies=dict(self._copies),
+                extra={"train": self.train, "size": list(self.decoder.augment.size),
+                       "mode": self.decoder.mode, "decode": self.decode,
+                       "on_error": o.on_error, "formats": list(o.formats)}))
+        return self._plan
 
     @property
     def prefetch(self) -> int:
         return self.prefetcher.prefetch
 
-    def _parts(self) -> tuple:
-        """What readers are dealt and ranks split: the archives, or, when there are fewer
-        archives than readers on all ranks, the regions of each (index.py). Decided once."""
-        if self._part_list is None:
-            split = self._regions_wanted()
-            self._part_list = tuple(part for src in self.sources
-                                    for part in (self._regions_of(src) if split else [src]))
-        return self._part_list
-
-    def _regions_wanted(self) -> bool:
-        # Evaluation keeps the archive order, which regions read side by side would not.
-        if not self.options.regions or self.shuffle_buffer <= 1 or self.workers == 0:
-            return False
-        readers = self.options.readers or self._region_readers()
-        return len(self.sources) < readers * self.world_size
-
-    def _region_readers(self) -> int:
-        # A region reader inflates ~2k images/s (~110 MB/s: rapidgzip with its index keeps about
-        # one core busy). GPU decode wants ~15k/s: one reader per packer, up to 8 (H200 host:
-        # 4 -> 10k, 6 -> 14k, 8 -> 15-17k img/s), and a count that divides the packers: with
-        # 10 packers and 8 readers (13.5k) the readers with two packers feed twice the batches.
-        # CPU decode wants ~4-5k/s and every core a reader takes is one fewer for decoding:
-        # 2 readers beat 1, 3 and 4 there (H200 host; scripts/bench/README.md).
-        if self._gpu is not None:
-            return max(r for r in range(1, min(self.workers, 8) + 1) if self.workers % r == 0)
-        return max(1, self.workers // 6)
-
-    def _regions_of(self, source) -> list:
-        if hasattr(source, "read"):
-            return [source]
-        path = os.fspath(source)
-        o = self.options
-        regions = archive_regions(path, limits=o.limits, inflate=o.inflate)
-        if not regions:
-            return [source]
-        if o.unknown_labels != "raise" and set(archive_classes(
-                path, limits=o.limits, inflate=o.inflate)) - set(self.vocab):
-            return [source]  # the regions' counts include images that will be skipped
-        return regions
-
-    def _archive_images(self) -> list[int]:
-        """Images in each part before decode failures (from the vocabulary scan); read
-        once: len() and every epoch's step count need them."""
-        if self._archive_counts is None:
-            self._archive_counts = self._count_archive_images()
-        return self._archive_counts
-
-    def _count_archive_images(self) -> list[int]:
-        counts = []
-        for part in self._parts():
-            if isinstance(part, Region):
-                counts.append(part.images)
-                continue
-            if hasattr(part, "read"):
-                raise TypeError("the length of a stream is unknown until it has been read")
-            per_class = archive_classes(os.fspath(part), limits=self.options.limits,
-                                        inflate=self.options.inflate)
-            counts.append(sum(n for label, n in per_class.items()
-                              if label in self.vocab or self.options.unknown_labels == "raise"))
-        return counts
-
-    def _total_images(self) -> int:
-        return sum(self._archive_images())
-
     @property
     def split_by_archive(self) -> bool:
         """With at least as many parts (archives or regions) as ranks, each rank reads only
         its own; otherwise every rank reads everything and decodes every world_size-th image."""
-        return 1 < self.world_size <= len(self._parts())
-
-    def _rank_images(self, epoch: int) -> list[int]:
-        """Images each rank sees in `epoch` (shard order is reshuffled every epoch)."""
-        if not self.split_by_archive:
-            share, extra = divmod(self._total_images(), self.world_size)
-            return [share + (1 if r < extra else 0) for r in range(self.world_size)]
-        counts, order = self._archive_images(), self._shuffled_archives(epoch)
-        return [sum(counts[i] for i in order[r::self.world_size])
-                for r in range(self.world_size)]
+        return self.plan.split_by_part
 
     def images_per_epoch(self, epoch: int | None = None) -> int:
         """Images this rank will see in an epoch (default: the next) before decode failures."""
-        return self._rank_images(self._next_epoch if epoch is None else epoch)[self.rank]
+        return self.plan.images(self._next_epoch if epoch is None else epoch)
+
+    def steps_per_epoch(self, epoch: int | None = None) -> int:
+        """Batches every rank yields in an epoch, equal across ranks (Options.uneven)."""
+        return self.plan.steps(self._next_epoch if epoch is None else epoch)
 
     def __len__(self) -> int:
-        if self.world_size > 1:
-            return self.steps_per_epoch()  # may change per epoch with archive splits
-        n = self.images_per_epoch()
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        return self.plan.batches(self._next_epoch)
 
     # ---- epochs ----------------------------------------------------------------------------
 
@@ -341,226 +273,103 @@ class ImageLoader:
         """Make the next iteration epoch `epoch` (as DistributedSampler.set_epoch)."""
         self._next_epoch = int(epoch)
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> EpochIterator:
+        """The next epoch's batches. An iterator still live from before is ended first: its
+        next `next()` raises (two iterators would share the workers and the buffers)."""
         epoch = self._next_epoch
         self._next_epoch += 1
         resume, self._resume = self._resume, None
-        if resume is not None and resume["epoch"] != epoch:
+        if resume is not None and resume.epoch != epoch:
             resume = None  # set_epoch() moved away from the checkpoint's epoch
-        iteration = self._iterate(epoch, resume)
-        self._iterations.add(iteration)
-        return iteration
+        runtime = self._started()
+        plan = self.plan
+        self.stats = stats = LoaderStats(epoch=epoch, decode=self.decode_name,
+                                         workers=self.workers,
+                                         inflate=_inflater_name(self.sources, self.options,
+                                                                self._copies),
+                                         readers=plan.readers if self.workers else 0,
+                                         regions=sum(isinstance(p, Region) for p in plan.parts))
+        steps = plan.steps(epoch) if self.world_size > 1 else None
+        wrap = Packed if self._gpu is not None else host_piece
+        return runtime.begin(lambda rt: EpochIterator(
+            rt, epoch, resume, stats, batch_size=self.batch_size, drop_last=self.drop_last,
+            steps=steps, wrap=wrap, share=self.cpu_share, sources=self.sources), epoch)
 
-    def _iterate(self, epoch: int, resume: dict | None = None):
-        self._ensure_started()
-        parts = self._parts()
-        self.stats = LoaderStats(epoch=epoch, decode=self.decode_name, workers=self.workers,
-                                 inflate=_inflater_name(self.sources, self.options,
-                                                        self._copies),
-                                 readers=self._workers.readers if self._workers else 0,
-                                 regions=sum(isinstance(p, Region) for p in parts))
-        progress = self._progress = _Progress.start(epoch, self.workers, resume)
-        self.stats.skipped.update(progress.skipped)
-        started = time.perf_counter()
-        metas: collections.deque = collections.deque()
-        produced = self._produce(epoch, resume, metas)
-        wrap = Packed if self._gpu is not None else HostBatch.views
-        batches = self.prefetcher.run(
-            ((wrap(buf), release_batch(self._pool, buf)) for buf in produced))
-        steps = self.steps_per_epoch(epoch) if self.world_size > 1 else None
-        try:
-            last = None
-            while steps is None or progress.batches < steps:
-                t0 = time.perf_counter()
-                item = next(batches, None)
-                waited = time.perf_counter() - t0
-                self.stats.wait_s += waited
-                if item is None:
-                    if steps is None or last is None:
-                        break
-                    item = last  # this rank ran short: repeat, so collectives never hang
-                    self.stats.padded += 1
-                else:
-                    meta = metas.popleft()
-                    progress.delivered(meta, self.stats)
-                    self.cpu_share.observe(waited, meta["cpu_share"])
-                self.stats.cpu_share = self.cpu_share.share
-                self.stats.share_rates = self.cpu_share.rates
-                last = item
-                progress.batches += 1
-                self.stats.batches += 1
-                self.stats.samples += len(item[1])
-                yield item
-        finally:
-            progress.closed = True  # ended or abandoned: iterating again starts the next epoch
-            batches.close()
-            produced.close()
-            self.stats.seconds = time.perf_counter() - started
-            self._collect_epoch_stats()
-
-    def _produce(self, epoch: int, resume: dict | None, metas) -> Iterator[HostBatch]:
-        """Filled host buffers in order, from worker processes or from this process."""
-        source = self._workers.batches(epoch, resume) if self._workers is not None \
-            else self._produce_here(epoch, self._archive_order(epoch), resume)
-        try:
-            for buf in source:
-                if buf.count < self.batch_size and self.drop_last:
-                    self._pool.release(buf)
-                    continue
-                # Matched to the batch when the user gets it, with the share it was decoded
-                # with (share.py: a trial compares the shares by their own batches).
-                metas.append({**buf.meta, "cpu_share": float(buf.arrays.cpu_share[0])})
-                yield buf
-        finally:
-            source.close()
-
-    def _produce_here(self, epoch: int, order: tuple[int, ...],
-                      resume: dict | None) -> Iterator[HostBatch]:
-        read_stats: dict = {}
-        tasks = self._plan().tasks(epoch, order, self._reader_skipped, read_stats)
-        for _ in range(resume["consumed"][0] if resume else 0):
-            next(tasks, None)  # resuming mid-epoch: these made batches before the checkpoint
-        try:
-            while True:
-                buf = self._pool.lease()
-                self.cpu_share.stamp(buf)
-                skipped: Counter = Counter()
-                counted = Counted(tasks)
-                buf.count = fill_batch(counted, buf.arrays, self._fill,
-                                       on_error=self.options.on_error, skipped=skipped)
-                buf.meta = {"worker": 0, "consumed": counted.n, "skipped": dict(skipped),
-                            "merged": False}
-                self.stats.bytes = read_stats.get("bytes", 0)
-                if buf.count == 0:
-                    self._pool.release(buf)
-                    self._progress.add_skips(skipped, self.stats)
-                    return
-                yield buf
-                if buf.count < self.batch_size:
-                    return
-        finally:
-            tasks.close()
-
-    # ---- checkpoints and ranks -----------------------------------------------------------
+    # ---- checkpoints -----------------------------------------------------------------------
 
     def state_dict(self) -> dict:
         """Where the loader is: resuming from it continues with exactly the batches that
-        were left (same order, augmentation and skip counts) for the same worker count and
-        world size. Between epochs it points at the start of the next one."""
+        were left (same order, pixels, augmentation and skip counts). Between epochs it points
+        at the start of the next one. The state carries the plan's fingerprint."""
+        fingerprint = self.plan.fingerprint()
         if self._resume is not None:  # loaded and not iterated yet: that is where we are
-            return dict(self._resume)
-        progress = self._progress
-        if progress is None or progress.closed or progress.epoch != self._next_epoch - 1:
-            return {"version": 1, "config": self._config(), "epoch": self._next_epoch,
-                    "batches": 0, "next_k": 0, "consumed": [0] * max(self.workers, 1),
-                    "merged_done": 0, "skipped": {}}
-        return {"version": 1, "config": self._config(), **progress.as_dict()}
+            return self._resume.as_state(fingerprint)
+        live = self._live_epoch()
+        if live is not None:
+            return live.position.as_state(fingerprint)
+        return Position(self._next_epoch).as_state(fingerprint)
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue from `state_dict()`; a different configuration is a clear error."""
-        mine, theirs = self._config(), state.get("config", {})
-        differ = {k: (theirs.get(k), v) for k, v in mine.items() if theirs.get(k) != v}
-        if differ:
-            raise ValueError("cannot resume: the checkpoint's loader differs in " + ", ".join(
-                f"{k} (checkpoint {a!r}, now {b!r})" for k, (a, b) in differ.items()))
-        self._next_epoch = int(state["epoch"])
-        self._resume = state if state.get("batches", 0) else None
+        """Continue from `state_dict()`. A checkpoint of another stream (other archives,
+        seed, batch size, workers, readers, ranks...) is refused, naming what differs."""
+        if state.get("version") == 1 and not state.get("batches"):
+            self._next_epoch = int(state["epoch"])  # an older checkpoint between epochs
+            return
+        check_resume(self.plan.fingerprint(), state)
+        position = Position.from_state(state)
+        self._next_epoch = position.epoch
+        self._resume = None if position.at_start else position
 
-    def _config(self) -> dict:
-        return {"workers": self.workers, "world_size": self.world_size, "rank": self.rank,
-                "batch_size": self.batch_size, "seed": self.seed, "drop_last": self.drop_last,
-                "shuffle_buffer": self.shuffle_buffer, "train": self.train,
-                "archives": [source_name(s) for s in self.sources],
-                "parts": len(self._parts())}
-
-    def steps_per_epoch(self, epoch: int | None = None) -> int:
-        """Batches every rank yields in an epoch, equal across ranks (Options.uneven)."""
-        counts = self._rank_images(self._next_epoch if epoch is None else epoch)
-        if self.options.uneven == "drop" or self.drop_last:
-            return min(counts) // self.batch_size
-        return -(-max(counts) // self.batch_size)
-
-    def _shuffled_archives(self, epoch: int) -> list[int]:
-        order = list(range(len(self._parts())))
-        if self.shuffle_buffer > 1 and len(order) > 1:
-            random.Random(self.seed + epoch).shuffle(order)  # shard order changes every epoch
-        return order
-
-    def _archive_order(self, epoch: int) -> tuple[int, ...]:
-        """The archives this rank reads in `epoch`, in order: its share of the shuffled list
-        (the same shuffle on every rank), or all of them when ranks split by image."""
-        order = self._shuffled_archives(epoch)
-        if self.split_by_archive:
-            order = order[self.rank::self.world_size]
-        return tuple(order)
+    def _live_epoch(self) -> EpochIterator | None:
+        """The iterator of the epoch being iterated, if it is the latest and not finished."""
+        current = self._runtime.current if self._runtime is not None else None
+        if current is None or current.finished or current.epoch != self._next_epoch - 1:
+            return None
+        return current
 
     # ---- processes and memory -------------------------------------------------------------
 
-    def _plan(self, readers: int = 1) -> ReadPlan:
-        o = self.options
-        # Ranks that read different archives need no per-image share of them.
-        world = 1 if self.split_by_archive else self.world_size
-        parts = tuple(on_copy(part, self._copies) for part in self._parts())
-        shuffle, threads = self.shuffle_buffer, o.inflate_threads
-        if len(parts) > len(self.sources):
-            # Regions come in a new random order every epoch: the readers' buffers together
-            # hold `shuffle_buffer` images (memory, and the wait before the first batch, stay
-            # as with one reader), and each reader inflates only its regions, with a share of
-            # the inflater threads one reader would have.
-            shuffle = max(2, -(-shuffle // readers))
-            threads = threads or max(2, min(8, _cores()) // readers)
-        return ReadPlan(parts, dict(self.vocab.index), self.batch_size, shuffle, self.seed,
-                        o.limits, o.unknown_labels, o.inflate, threads,
-                        self.rank if world > 1 else 0, world)
+    def _started(self) -> Runtime:
+        if self._runtime is not None and not self._runtime.closed:
+            return self._runtime
+        plan = self.plan  # before allocating anything: deciding it may scan an archive
+        runtime = Runtime(self.prefetcher)
+        # Registered before anything is allocated, holding the runtime and nothing of the
+        # loader: whatever happens next, close(), dropping the loader and the interpreter's
+        # exit free the shared memory and stop the processes.
+        self._finalizer = weakref.finalize(self, runtime.close)
+        try:
+            runtime.pool = self._make_pool()
+            runtime.producer = self._make_producer(plan, runtime.pool)
+        except BaseException:
+            self._finalizer()
+            raise
+        self._runtime = runtime
+        return runtime
 
-    def _worker_nice(self) -> int:
-        return GPU_DECODE_NICE if self._gpu is not None else CPU_DECODE_NICE
-
-    def _ensure_started(self) -> None:
-        if self._pool is not None:
-            return
+    def _make_pool(self) -> BufferPool:
         pin = self.device if self.device.type == "cuda" else None
         # GPU decode: the prefetcher's collecting thread holds up to 3 more filled buffers
         # (2 queued, 1 being submitted) that the workers must not go without.
         slots = self.prefetch + 2 + self.workers + (3 if self._gpu is not None else 0)
         arena = self.batch_size * ARENA_PER_IMAGE if self._gpu is not None else 0
-        ring = self._ring_bytes() if self.workers > 0 else 0
-        resources = _Resources(self.prefetcher)
-        # Registered before anything is allocated: whatever happens next, close() and the
-        # interpreter's exit free the shared memory and stop the processes.
-        self._finalizer = weakref.finalize(self, resources.close)
-        try:
-            resources.pool = BufferPool(slots, self.batch_size, self.decoder.out_shape,
-                                        pin_device=pin, shared=self.workers > 0,
-                                        arena_bytes=arena)
-            if self.workers > 0:
-                resources.workers = self._start_workers(resources.pool, ring)
-        except BaseException:
-            self._finalizer()
-            raise
-        self._pool, self._workers = resources.pool, resources.workers
+        return BufferPool(slots, self.batch_size, self.decoder.out_shape, pin_device=pin,
+                          shared=self.workers > 0, arena_bytes=arena)
 
-    def _start_workers(self, pool: BufferPool, ring: int) -> WorkerPool:
+    def _make_producer(self, plan: Plan, pool: BufferPool):
+        o = self.options
+        if self.workers == 0:
+            return LocalProducer(plan.read_plan(), self._fill, pool, plan.order,
+                                 on_error=o.on_error, prepare=self.cpu_share.stamp)
         streams = any(hasattr(s, "read") for s in self.sources)
-        readers = max(1, min(self.options.readers or self._default_readers(), self.workers))
-        return WorkerPool(self._plan(readers), self._fill, pool, workers=self.workers,
-                          readers=readers, order_of=self._archive_order,
-                          on_error=self.options.on_error, timeout=self.options.timeout,
-                          stream_sources=streams, lookahead=self.options.lookahead,
-                          ring_bytes=ring, nice=self._worker_nice(),
-                          prepare=self.cpu_share.stamp)
+        return WorkerPool(plan.read_plan(), self._fill, pool, workers=self.workers,
+                          readers=plan.readers, order_of=plan.order, on_error=o.on_error,
+                          timeout=o.timeout, stream_sources=streams, lookahead=o.lookahead,
+                          ring_bytes=self._ring_bytes(), nice=self._worker_nice(),
+                          prepare=self.cpu_share.stamp, ordered=plan.ordered)
 
-    def _default_readers(self) -> int:
-        if len(self._parts()) > len(self.sources):  # split into regions
-            return min(len(self._parts()), self._region_readers())
-        if len(self.sources) > 1:
-            return min(len(self.sources), max(1, self.workers // 4))
-        # One archive: one reader. It walks ~10k members/s on the GPU host, twice what 15
-        # decoding processes consume. With GPU decode a second one (Options(readers=2): each
-        # inflates the whole stream, ~0.3 ms of CPU per image, and keeps every other image)
-        # gained < 4% while using ~3 more cores (H200 host): it is not the
-        # wall there either.
-        return 1
+    def _worker_nice(self) -> int:
+        return GPU_DECODE_NICE if self._gpu is not None else CPU_DECODE_NICE
 
     def _ring_bytes(self) -> int:
         """Each worker's byte ring holds ~2 batches of compressed members. The mean member
@@ -574,34 +383,26 @@ class ImageLoader:
             mean = sum(os.path.getsize(p) for p in paths) / sum(counts)
         return int(min(max(2 * self.batch_size * mean, 8 << 20), 512 << 20))
 
-    def _collect_epoch_stats(self) -> None:
-        if self._workers is not None:
-            reader_skipped, nbytes = self._workers.epoch_stats
-            _tally(reader_skipped, self.stats)
-            self.stats.bytes = nbytes or self.stats.bytes
-        self.stats.skipped.update(self._reader_skipped)
-        self._reader_skipped = Counter()
-        if self._gpu is not None:
-            _tally(self._gpu.take_counts(), self.stats)
-        if self.stats.skipped:
-            warnings.warn(f"epoch {self.stats.epoch}: skipped "
-                          f"{counted(sum(self.stats.skipped.values()), 'member')} of "
-                          f"{', '.join(source_name(s) for s in self.sources[:3])}"
-                          f"{'...' if len(self.sources) > 3 else ''}: "
-                          f"{dict(sorted(self.stats.skipped.items()))}", stacklevel=3)
+    # For tests and scripts that look inside a started loader.
+    @property
+    def _pool(self) -> BufferPool | None:
+        return self._runtime.pool if self._runtime is not None and not self._runtime.closed \
+            else None
+
+    @property
+    def _workers(self) -> WorkerPool | None:
+        producer = self._runtime.producer if self._pool is not None else None
+        return producer if isinstance(producer, WorkerPool) else None
+
+    def _parts(self) -> tuple:
+        return self.plan.parts
 
     def close(self) -> None:
         """End any epoch still being iterated, stop worker processes, and free shared and
         page-locked memory."""
-        for iteration in list(self._iterations):
-            # A suspended iteration (`it = iter(loader)`, a wrapping generator) still has
-            # prefetch threads reading the batch buffers: stop them first, or they would read
-            # memory unmapped below (seen: a segfault when such a generator was dropped after
-            # the `with` block had closed the loader).
-            iteration.close()
         if self._finalizer is not None:
-            self._finalizer()
-        self._pool, self._workers = None, None
+            self._finalizer()  # Runtime.close: the live epoch first, its threads read buffers
+        self._runtime = None
 
     @property
     def decode_name(self) -> str:
@@ -621,87 +422,6 @@ class ImageLoader:
         return (f"ImageLoader({len(self.sources)} archive(s), batch_size={self.batch_size}, "
                 f"train={self.train}, device={self.device}, workers={self.workers}, "
                 f"prefetch={self.prefetch}, {self.vocab!r})")
-
-
-@dataclass
-class _Progress:
-    """What the user has received of an epoch: enough to resume exactly there."""
-
-    epoch: int
-    batches: int = 0
-    next_k: int = 0                     # batch number after the last regular one delivered
-    consumed: list = field(default_factory=list)  # tasks of each worker's stream delivered
-    merged_done: int = 0
-    skipped: Counter = field(default_factory=Counter)   # decode skips of delivered batches
-    closed: bool = False
-
-    @classmethod
-    def start(cls, epoch: int, workers: int, resume: dict | None) -> "_Progress":
-        if resume is None:
-            return cls(epoch, consumed=[0] * max(workers, 1))
-        return cls(epoch, resume["batches"], resume["next_k"], list(resume["consumed"]),
-                   resume["merged_done"], Counter(resume["skipped"]))
-
-    def delivered(self, meta: dict, stats: LoaderStats) -> None:
-        if meta.get("merged"):
-            self.merged_done += 1
-        else:
-            self.consumed[meta["worker"]] += meta["consumed"]
-            if "k" in meta:  # workers number their batches; the in-process path does not
-                self.next_k = meta["k"] + 1
-        self.add_skips(meta.get("skipped", {}), stats)
-
-    def add_skips(self, counts: dict, stats: LoaderStats) -> None:
-        self.skipped.update(_tally(counts, stats))
-
-    def as_dict(self) -> dict:
-        return {"epoch": self.epoch, "batches": self.batches, "next_k": self.next_k,
-                "consumed": list(self.consumed), "merged_done": self.merged_done,
-                "skipped": dict(self.skipped)}
-
-
-def _tally(counts: dict, stats: LoaderStats) -> Counter:
-    """Add reported counts to the stats: skips by reason, FALLBACK-prefixed ones to fallbacks.
-    Returns the skips."""
-    skips: Counter = Counter()
-    for key, n in counts.items():
-        if key.startswith(FALLBACK):
-            stats.fallbacks[key.removeprefix(FALLBACK)] += n
-        else:
-            skips[key] += n
-    stats.skipped.update(skips)
-    return skips
-
-
-class _OnDevice:
-    """The last step, on the batch's device (the side stream on CUDA): normalize, or copy."""
-
-    def __init__(self, normalize: Normalize | None):
-        self.normalize = normalize
-
-    def __call__(self, item):
-        images, labels = item
-        if self.normalize is not None:
-            images = self.normalize(images)
-        elif images.device.type == "cpu":
-            images = images.clone()  # the host buffer is reused: hand out our own copy
-        if labels.device.type == "cpu":
-            labels = labels.clone()
-        return images, labels
-
-
-class _Resources:
-    """What a started loader holds; closing it stops the processes and frees the memory."""
-
-    def __init__(self, prefetcher):
-        self.prefetcher, self.pool, self.workers = prefetcher, None, None
-
-    def close(self) -> None:
-        if self.workers is not None:
-            self.workers.close()
-        if self.pool is not None:
-            self.pool.close()
-        self.prefetcher.close()
 
 
 def _choose_decode(decode: str, device: torch.device, transform, mode: str,

@@ -140,27 +140,61 @@ def tensors_in(tree: Any) -> list[torch.Tensor]:
 
 
 class _Staging:
-    """Reusable pinned buffers, one small pool per byte size, for copying pageable tensors."""
+    """Reusable pinned buffers for copying pageable tensors: a small pool per size class.
 
-    def __init__(self, device: torch.device, slots: int):
-        self.device, self.slots = device, slots
-        self._pools: dict[int, BufferPool] = {}
+    Sizes are rounded up to classes (at most 1/8 apart), and at most `max_classes` pools are
+    kept: the least recently used idle one is freed for a new class. Batches of varying sizes
+    (a DataLoader without drop_last, variable resolutions) would otherwise grow page-locked
+    memory by a pool per distinct byte count, for the life of the prefetcher.
+    """
+
+    def __init__(self, device: torch.device, slots: int, max_classes: int = 4):
+        self.device, self.slots, self.max_classes = device, slots, max_classes
+        self._pools: collections.OrderedDict[int, BufferPool] = collections.OrderedDict()
 
     def stage(self, tensor: torch.Tensor) -> tuple[torch.Tensor, Release]:
         nbytes = tensor.numel() * tensor.element_size()
-        pool = self._pools.get(nbytes)
-        if pool is None:
-            pool = self._pools[nbytes] = BufferPool(self.slots, 1, (max(nbytes, 1), 1, 1),
-                                                    pin_device=self.device)
+        pool = self._pool_for(size_class(nbytes))
         buf = pool.lease()
         pinned = buf.images.view(-1)[:nbytes].view(tensor.dtype).view(tensor.shape)
         pinned.copy_(tensor)  # host memcpy into page-locked memory (pageable cannot overlap)
         return pinned, lambda event: pool.release(buf, after=event)
 
+    def _pool_for(self, size: int) -> BufferPool:
+        pool = self._pools.get(size)
+        if pool is not None:
+            self._pools.move_to_end(size)  # most recently used last
+            return pool
+        self._evict()
+        pin = self.device if self.device.type == "cuda" else None
+        pool = self._pools[size] = BufferPool(self.slots, 1, (size, 1, 1), pin_device=pin)
+        return pool
+
+    def _evict(self) -> None:
+        """Free the least recently used pools that no copy still holds, down to the limit."""
+        for size in list(self._pools):
+            if len(self._pools) < self.max_classes:
+                return
+            pool = self._pools[size]
+            if pool.in_use() == 0:
+                pool.close()  # waits for the copies that last read it (their events)
+                del self._pools[size]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(pool.nbytes for pool in self._pools.values())
+
     def close(self) -> None:
         for pool in self._pools.values():
             pool.close()
         self._pools.clear()
+
+
+def size_class(nbytes: int) -> int:
+    """nbytes rounded up to a multiple of an eighth of its power of two, or of 4 KiB: few
+    classes, each at most an eighth (or a page) larger than what it holds."""
+    step = max(4096, 1 << max(0, nbytes.bit_length() - 4))
+    return max(step, -(-nbytes // step) * step)
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,22 +264,27 @@ class Prefetcher:
 
     def _run_cpu(self, pairs) -> Iterator[Any]:
         for item, release in pairs:
-            out = self._transform(item)
-            if release is not None:
-                release(None)
+            try:
+                out = self._transform(item)
+            finally:  # also when the transform fails: the host buffer is not lost
+                if release is not None:
+                    release(None)
             yield out
 
     def _run_sync(self, pairs) -> Iterator[Any]:
         # The baseline: blocking copies on the consumer's stream, nothing overlaps.
         for item, release in pairs:
-            with torch.cuda.device(self.device):
-                before = self._mark(torch.cuda.current_stream(self.device))
-                moved = map_tensors(lambda t: t.to(self.device, non_blocking=False), item)
-                out = self._transform(moved)
-                if before is not None:
-                    self.wait_events.append((before, self._mark(torch.cuda.current_stream())))
-            if release is not None:
-                release(None)  # the blocking copy has completed: the host buffer is free
+            try:
+                with torch.cuda.device(self.device):
+                    before = self._mark(torch.cuda.current_stream(self.device))
+                    moved = map_tensors(lambda t: t.to(self.device, non_blocking=False), item)
+                    out = self._transform(moved)
+                    if before is not None:
+                        self.wait_events.append((before,
+                                                 self._mark(torch.cuda.current_stream())))
+            finally:  # the blocking copy has completed (or failed): the host buffer is free
+                if release is not None:
+                    release(None)
             yield out
 
     def _run_ahead(self, pairs) -> Iterator[Any]:
@@ -324,16 +363,23 @@ class Prefetcher:
     def _submit(self, item: Any, release: Release | None) -> _InFlight:
         releases = [release] if release is not None else []
         side = self.side_stream
-        with torch.cuda.device(self.device), torch.cuda.stream(side):
-            # The side stream must not start copying into memory the consumer may still be
-            # reading from a previous allocation of the caching allocator; record_stream on the
-            # outputs (in _hand_over) makes the allocator respect that.
-            moved = map_tensors(lambda t: self._copy(t, releases), item)
-            out = self._transform(moved)
-            ready = torch.cuda.Event()
-            ready.record(side)
-        for release in releases:
-            release(ready)  # owner count drops now; the pool reuses the memory after `ready`
+        ready = None
+        try:
+            with torch.cuda.device(self.device), torch.cuda.stream(side):
+                # The side stream must not start copying into memory the consumer may still
+                # be reading from a previous allocation of the caching allocator;
+                # record_stream on the outputs (in _hand_over) makes the allocator respect it.
+                moved = map_tensors(lambda t: self._copy(t, releases), item)
+                out = self._transform(moved)
+                ready = torch.cuda.Event()
+                ready.record(side)
+        finally:
+            # Also when the device step failed (an out-of-memory error the user catches): the
+            # host buffers go back to their pools once what was queued on the side stream
+            # before the failure has run, or every failure would cost the loader a buffer.
+            after = ready if ready is not None else _event_on(side)
+            for done in releases:
+                done(after)  # owner count drops now; the pool reuses the memory after `after`
         return _InFlight(out, ready)
 
     def _copy(self, tensor: torch.Tensor, releases: list[Release]) -> torch.Tensor:
@@ -355,6 +401,24 @@ class Prefetcher:
                 tensor.record_stream(consumer)  # see the module docstring
         return job.tree
 
+    def hand_over_again(self, tree: Any, handed_on) -> Any:
+        """A batch handed out before, handed out once more (a rank repeating its last batch
+        for equal steps): the consumer's current stream waits for the stream it was handed to
+        then, and its device memory is recorded on the current stream too."""
+        if self.device.type != "cuda":
+            return tree
+        consumer = torch.cuda.current_stream(self.device)
+        if handed_on is not None and handed_on != consumer:
+            consumer.wait_stream(handed_on)
+        for tensor in tensors_in(tree):
+            if tensor.device == self.device:
+                tensor.record_stream(consumer)
+        return tree
+
+    def consumer_stream(self):
+        """The stream batches are handed to now (None on the CPU)."""
+        return torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+
     def _mark(self, stream) -> Any:
         if not self.record_waits:
             return None
@@ -369,6 +433,12 @@ class Prefetcher:
         self.wait_events.clear()
         if self._staging is not None:
             self._staging.close()
+
+
+def _event_on(stream) -> Any:
+    event = torch.cuda.Event()
+    event.record(stream)
+    return event
 
 
 def _put_unless(q: queue.Queue, item, stop: threading.Event) -> bool:

@@ -12,8 +12,15 @@ training process must stay out of per-image work, so the tar walk runs in its ow
 Determinism: the reader deals the shuffled stream in groups of `batch_size`, group g to worker
 g % W, so batch k is exactly samples [kB, (k+1)B) of the epoch, as with workers=0. A sample that
 fails to decode is replaced by the next sample of the SAME worker's stream, so only that worker's
-later batches shift, deterministically. Each worker's last batch may be short; the parent merges
-the short ones at the end of the epoch.
+later batches shift, deterministically. Each worker's last batch may be short; the short ones are
+handed out at the end of the epoch, in batch order, and the consumer combines them (epoch.py).
+In archive order (evaluation) a batch is exactly its group, however many of it fail, and every
+batch comes in its place: the consumer carries rows over, so the images stay in archive order.
+
+Resume: batch k is always the (k // W)-th batch of worker k % W, so "where an epoch stands" is,
+per worker, its next batch number and the tasks its batches handed out so far consumed (a mark,
+attached to each buffer handed out). A resumed epoch orders each worker's next batch, which
+skips that many tasks without decoding them.
 
 Every message carries a generation number (one per epoch). Generations below the shared
 `generation` value are dead: abandoning an epoch (`break`, a new iterator) raises that value, and
@@ -27,6 +34,7 @@ second because they import only numpy, Pillow and the read/decode/batch stages.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import multiprocessing as mp
 import os
@@ -42,8 +50,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from multiprocessing import shared_memory
 from typing import Any, Iterator, NamedTuple
-
-import numpy as np
 
 from .batch import Counted, Task, fill_batch, schedule, take_share, views_of
 from .errors import ArchiveError, Limits
@@ -344,10 +350,10 @@ def worker_main(worker_id: int, decoder, on_error: str, layout, shm_names: list[
                 continue
             if order is None:
                 return
-            gen, k, slot, skip = order
+            gen, k, slot, skip, group = order
             try:
                 _fill_order(worker_id, decoder, on_error, buffers[slot], stream, channels, note,
-                            gen, k, slot, skip)
+                            gen, k, slot, skip, group)
             except BaseException as error:
                 _report_error(channels.results, gen, f"worker {worker_id}", error,
                               member=bytes(note.value).decode("utf-8", "replace"))
@@ -359,7 +365,7 @@ def worker_main(worker_id: int, decoder, on_error: str, layout, shm_names: list[
 
 
 def _fill_order(worker_id, decoder, on_error, buffer, stream, channels, note, gen, k, slot,
-                skip):
+                skip, group):
     skipped: Counter = Counter()
     if gen < channels.generation.value or stream.finished(gen):
         channels.results.put(("done", gen, worker_id, k, slot, 0, True, {}, 0))
@@ -367,12 +373,15 @@ def _fill_order(worker_id, decoder, on_error, buffer, stream, channels, note, ge
     tasks = stream.tasks(gen, note)
     for _ in range(skip):  # resuming mid-epoch: these tasks made batches before the checkpoint
         next(tasks, None)
-    counted = Counted(tasks)
+    # group: archive order (evaluation). The batch takes exactly its group of tasks, whatever
+    # fails to decode; the parent carries rows over. Otherwise a failed sample is replaced by
+    # the next one of this worker's stream, which comes from its next group.
+    counted = Counted(itertools.islice(tasks, group) if group else tasks)
     count = fill_batch(counted, buffer, decoder, on_error=on_error, skipped=skipped)
     # A full batch is not final even if the stream ends right after it: the worker's next
     # order will come back empty and final. Peeking here would hold this batch back until the
     # reader dealt this worker's next group.
-    final = stream.finished(gen) or count < len(buffer.labels)
+    final = stream.finished(gen) or (not group and count < len(buffer.labels))
     channels.results.put(("done", gen, worker_id, k, slot, count, final, dict(skipped),
                           counted.n))
 
@@ -489,21 +498,29 @@ def _report_error(results, gen, who: str, error: BaseException, member: str | No
 
 @dataclass
 class _Epoch:
+    """The parent's view of one epoch. Batch k is the (k // W)-th batch of worker k % W's stream:
+    a number that depends on the stream alone, so a resumed epoch numbers its batches (and
+    orders its short last ones) exactly as the uninterrupted one did."""
+
     gen: int
     epoch: int
     order: tuple
+    start: list                         # worker -> the first batch number to order (resume)
     next_k: int = 0                     # next batch number to hand out
     assigned: int = 0                   # next batch number to give a buffer to
-    ready: dict = field(default_factory=dict)       # k -> buffer, filled and complete
+    ready: dict = field(default_factory=dict)       # k -> buffer, filled
     final: dict = field(default_factory=dict)       # worker -> its last batch number
     partial: list = field(default_factory=list)     # (k, buffer) short final batches
     outstanding: int = 0                # orders sent and not yet answered
     readers_done: int = 0
-    skipped: Counter = field(default_factory=Counter)   # reader skips (decode skips: per batch)
+    skipped: Counter = field(default_factory=Counter)   # reader skips, and those of buffers
+                                                        # that were never handed out
     bytes: int = 0
     error: BaseException | None = None  # raised when this epoch is iterated
     skip_tasks: dict = field(default_factory=dict)      # worker -> tasks to skip (resume)
-    merged_done: int = 0                # merged end-of-epoch batches already delivered
+    consumed: list = field(default_factory=list)    # worker -> tasks of batches handed out
+    tail_done: int = 0                  # short last batches handed out before (resume)
+    pending: Counter = field(default_factory=Counter)  # counts of empty batches passed over
 
 
 class WorkerPool:
@@ -517,8 +534,11 @@ class WorkerPool:
     def __init__(self, plan: ReadPlan, decoder, pool, *, workers: int, readers: int,
                  order_of, on_error: str = "skip", timeout: float = 300.0,
                  stream_sources: bool = False, lookahead: bool = True, ring_bytes: int = 0,
-                 nice: int = 0, prepare=None):
+                 nice: int = 0, prepare=None, ordered: bool = False):
         self.plan, self.decoder, self.pool, self.order_of = plan, decoder, pool, order_of
+        # ordered: archive order (evaluation): each batch is exactly its group of the stream,
+        # handed out in its place however short (the consumer carries rows over).
+        self.ordered = ordered
         self.prepare = prepare  # called with each buffer before a worker is told to fill it
         self.workers, self.readers = workers, max(1, min(readers, workers))
         self.on_error, self.timeout, self.lookahead = on_error, timeout, lookahead
@@ -617,8 +637,12 @@ class WorkerPool:
     def batches(self, epoch: int, resume: dict | None = None) -> Iterator[Any]:
         """Yield filled pool buffers (refs=1, `count` set) of one epoch, in batch order.
 
-        Each buffer's `meta` says which worker filled it, how many tasks of that worker's
-        stream it consumed and what it skipped; `resume` (from those) continues an epoch.
+        Each buffer's `meta` has "mark": where the epoch stands once it has been handed out
+        (pass a mark as `resume` to continue from there), and "counts": what its batch
+        skipped (and decoded otherwise) by reason. Full batches come in batch order; the short
+        last batches of the workers' streams come at the end, in batch order too, for the
+        consumer to combine (epoch.py). In archive order (`ordered`) every batch comes in its
+        place, however short.
         """
         if self.closed:
             raise RuntimeError("the loader's workers are closed")
@@ -641,17 +665,20 @@ class WorkerPool:
             if self._epoch is state:
                 self._abandon()
 
-    def _resume(self, state: _Epoch, resume: dict) -> None:
-        if len(resume["consumed"]) != self.workers:
-            raise ValueError(f"the checkpoint was taken with {len(resume['consumed'])} "
-                             f"workers, this loader has {self.workers}")
-        state.next_k = state.assigned = int(resume["next_k"])
-        state.skip_tasks = {w: int(n) for w, n in enumerate(resume["consumed"]) if n}
-        state.merged_done = int(resume.get("merged_done", 0))
+    def _resume(self, state: _Epoch, mark: dict) -> None:
+        if len(mark["next"]) != self.workers:
+            raise ValueError(f"the checkpoint was taken with {len(mark['next'])} workers, "
+                             f"this loader has {self.workers}")
+        state.start = [int(k) for k in mark["next"]]
+        state.consumed = [int(n) for n in mark["consumed"]]
+        state.skip_tasks = {w: n for w, n in enumerate(state.consumed) if n}
+        state.next_k = state.assigned = min(state.start)
+        state.tail_done = int(mark.get("tail", 0))
 
     def _begin(self, epoch: int, order: tuple) -> _Epoch:
         self._gen += 1
-        state = _Epoch(self._gen, epoch, order)
+        state = _Epoch(self._gen, epoch, order, start=list(range(self.workers)),
+                       consumed=[0] * self.workers)
         for r in range(self.readers):
             self.channels.control[r].put((state.gen, epoch, *self.reader_part(order, r)))
         return state
@@ -667,19 +694,65 @@ class WorkerPool:
     def _collect(self, state: _Epoch) -> Iterator[Any]:
         while True:
             self._assign_all(state)
-            buf = state.ready.pop(state.next_k, None)
+            k = state.next_k
+            if self._done_before(k, state):
+                state.next_k += 1  # resumed: handed out before the checkpoint
+                continue
+            buf = state.ready.pop(k, None)
             if buf is not None:
                 state.next_k += 1
-                yield buf
+                if self._hand_out(state, k, buf):
+                    yield buf
                 continue
-            if self._missing(state.next_k, state) and not self._all_ended(state):
-                state.next_k += 1  # that worker's stream ended earlier (or short: merged later)
+            if self._missing(k, state) and not self._all_ended(state):
+                state.next_k += 1  # that worker's stream ended earlier (or short: at the end)
                 continue
             if self._complete(state):
                 break
             self._receive(state)
-        yield from self._merge_partials(state)
+        yield from self._tail(state)
+        state.skipped.update(state.pending)
         self._finished, self._epoch = state, None
+
+    def _done_before(self, k: int, state: _Epoch) -> bool:
+        return k < state.start[self._worker_of(k)]
+
+    def _hand_out(self, state: _Epoch, k: int, buf) -> bool:
+        """Batch k is next: mark where the epoch stands after it. False if it is empty (its
+        counts then travel with the next batch handed out)."""
+        w = self._worker_of(k)
+        state.start[w] = k + self.workers
+        state.consumed[w] += buf.meta.pop("consumed")
+        state.pending.update(buf.meta.pop("counts"))
+        if buf.count == 0:
+            self.pool.release(buf)
+            return False
+        buf.meta.update(mark=self._mark(state), counts=dict(state.pending))
+        state.pending = Counter()
+        return True
+
+    def _mark(self, state: _Epoch, tail: int = 0) -> dict:
+        return {"next": list(state.start), "consumed": list(state.consumed), "tail": tail}
+
+    def _tail(self, state: _Epoch) -> Iterator[Any]:
+        """The workers' short last batches, in batch order. Their workers stay marked before
+        them: a resumed epoch makes them again and passes over those handed out."""
+        parts = sorted(state.partial, key=lambda item: item[0])
+        state.partial.clear()
+        for i, (_, buf) in enumerate(parts):
+            if i < state.tail_done:
+                self.pool.release(buf)
+                continue
+            buf.meta.pop("consumed")
+            state.pending.update(buf.meta.pop("counts"))
+            buf.meta.update(mark=self._mark(state, tail=i + 1), counts=dict(state.pending))
+            state.pending = Counter()
+            try:
+                yield buf
+            except GeneratorExit:
+                for _, rest in parts[i + 1:]:
+                    self.pool.release(rest)
+                raise
 
     def _worker_of(self, k: int) -> int:
         return k % self.workers
@@ -696,6 +769,9 @@ class WorkerPool:
         # always has one: no deadlock however the workers' speeds differ.
         while True:
             w = self._worker_of(state.assigned)
+            if self._done_before(state.assigned, state):
+                state.assigned += 1
+                continue
             if w in state.final and state.final[w] < state.assigned:
                 if len(state.final) == self.workers:
                     return True  # every worker's stream ended: nothing more to assign
@@ -710,7 +786,8 @@ class WorkerPool:
             if self.prepare is not None:
                 self.prepare(buf)
             skip = state.skip_tasks.pop(w, 0)
-            self.channels.orders[w].put((state.gen, state.assigned, buf.slot, skip))
+            group = self.plan.batch_size if self.ordered else 0
+            self.channels.orders[w].put((state.gen, state.assigned, buf.slot, skip, group))
             state.outstanding += 1
             state.assigned += 1
 
@@ -771,63 +848,32 @@ class WorkerPool:
                 state.skipped.update(message[3])
                 state.bytes += message[4]
             return
-        _, _, worker, k, slot, count, final, skipped, consumed = message
+        _, _, worker, k, slot, count, final, counts, consumed = message
         buf = self.pool.buffers[slot]
         buf.meta["sent"] = False  # answered
         if state is None:
             self.pool.release(buf)  # an order of an abandoned epoch: the buffer comes back
             return
         state.outstanding -= 1
-        buf.meta.update(worker=worker, consumed=consumed, skipped=skipped, merged=False)
         if final and worker not in state.final:
             state.final[worker] = k
         buf.count = count
-        if count == 0:
-            state.skipped.update(skipped)  # nothing to deliver: report with the epoch's end
+        if count == 0 and final:
+            state.skipped.update(counts)  # nothing to hand out: reported with the epoch's end
             self.pool.release(buf)
-        elif final and count < self.plan.batch_size:
-            state.partial.append((k, buf))
+            return
+        buf.meta.update(counts=counts, consumed=consumed)
+        if final and count < self.plan.batch_size and not self.ordered:
+            state.partial.append((k, buf))  # handed out at the end (see _tail)
         else:
             state.ready[k] = buf
-
-    def _merge_partials(self, state: _Epoch) -> Iterator[Any]:
-        """Short last batches of several workers -> full batches + at most one short one."""
-        parts = [buf for _, buf in sorted(state.partial, key=lambda item: item[0])]
-        state.partial.clear()
-        size = self.plan.batch_size
-        skipped: Counter = Counter()
-        for buf in parts:  # decode skips of the short batches travel with the first merged one
-            skipped.update(buf.meta.get("skipped", {}))
-        delivered = 0
-        while parts:
-            target = parts.pop(0)
-            while target.count < size and parts:
-                donor = parts[0]
-                take = min(size - target.count, donor.count)
-                if not _move_rows(donor, 0, target, target.count, take):
-                    break  # the target's arena is full: it goes out short
-                target.count += take
-                _move_rows(donor, take, donor, 0, donor.count - take)  # compact the donor
-                donor.count -= take
-                if donor.count == 0:
-                    self.pool.release(parts.pop(0))
-            target.meta.update(merged=True, skipped=dict(skipped), consumed=0)
-            skipped = Counter()
-            delivered += 1
-            if delivered <= state.merged_done:  # resuming: delivered before the checkpoint
-                self.pool.release(target)
-                continue
-            try:
-                yield target
-            except GeneratorExit:
-                for buf in parts:
-                    self.pool.release(buf)
-                raise
 
     def _abandon(self) -> None:
         """Forget the current and the lookahead epoch; their late messages free buffers."""
         if self._epoch is not None:
             self._finished = self._epoch  # its counts so far are what the loader reports
+            self._epoch.skipped.update(self._epoch.pending)
+            self._epoch.pending = Counter()
         for state in (self._epoch, self._next):
             if state is None:
                 continue
@@ -884,45 +930,6 @@ class WorkerPool:
         """Skip counts and bytes read of the running epoch, or of the last one finished."""
         state = self._epoch or self._finished
         return (state.skipped, state.bytes) if state else (Counter(), 0)
-
-
-_ROW_FIELDS = ("images", "labels", "seeds", "lengths", "boxes")
-
-
-def _move_rows(src, src_row: int, dst, dst_row: int, n: int) -> bool:
-    """Copy n rows between batch buffers; packed bytes follow into the target's arena.
-
-    Returns False (copying nothing) if the target's arena cannot hold the rows' bytes.
-    """
-    if n <= 0:
-        return True
-    a, b = src.arrays, dst.arrays
-    rows = slice(src_row, src_row + n)
-    if src is dst or not len(b.arena):
-        offsets = a.offsets[rows].copy()
-    else:
-        end = _arena_end(b, dst_row)
-        lengths = a.lengths[rows]
-        if end + int(lengths.sum()) > len(b.arena):
-            return False
-        offsets = np.zeros(n, np.int64)
-        for i, length in enumerate(lengths.tolist()):
-            if length:
-                start = int(a.offsets[src_row + i])
-                b.arena[end:end + length] = a.arena[start:start + length]
-                offsets[i] = end
-                end += length
-    for name in _ROW_FIELDS:
-        getattr(b, name)[dst_row:dst_row + n] = getattr(a, name)[rows].copy()
-    b.offsets[dst_row:dst_row + n] = offsets
-    return True
-
-
-def _arena_end(views, rows: int) -> int:
-    used = views.lengths[:rows] > 0
-    if not used.any():
-        return 0
-    return int((views.offsets[:rows][used] + views.lengths[:rows][used]).max())
 
 
 def _exit_text(code: int) -> str:

@@ -117,3 +117,16 @@ def torchrun(script, *flags: str, ranks: int = 2, timeout: int = 170):
         [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={ranks}",
          "--master-port", str(port), str(script), *flags],
         capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def numbered_files(n: int, bad=(), prefix: str = "t") -> list[tuple[str, bytes]]:
+    """Gray PNG i is solid 10 + 3 i (`ids` reads it back), class i % 3; members in `bad` are
+    not images at all (they fail to decode and are counted as skipped)."""
+    return [(f"{prefix}/c{i % 3}/{i:03d}.png",
+             b"broken png" if i in bad else solid(10 + 3 * i, fmt="PNG", mode="L"))
+            for i in range(n)]
+
+
+def ids(images) -> list[int]:
+    """Which numbered_files member each image is, from its gray level."""
+    return [round((v - 10) / 3) for v in images.float().mean(dim=(1, 2, 3)).tolist()]

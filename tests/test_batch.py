@@ -83,30 +83,3 @@ def test_fill_batch_raise_policy_names_archive_and_member():
     with pytest.raises(ValueError, match=r"x\.tgz.*t/c/bad\.png"):
         fill_batch(tasks, new_batch(2, (8, 8, 3)), Decoder(Augment.make(8, False)),
                    on_error="raise", skipped=Counter())
-
-
-def test_merging_short_batches_moves_every_row_field_and_the_packed_bytes():
-    """End-of-epoch merging (workers._move_rows) must carry each image's label, seed, packed
-    JPEG bytes and GPU crop box together: a box left behind would crop another image."""
-    from imageloader.workers import _move_rows
-
-    class Buf:
-        def __init__(self):
-            layout = batch_layout(4, (2, 2, 3), 64)
-            self.arrays = views_of(bytearray(layout.nbytes), layout)
-    src, dst = Buf(), Buf()
-    for row in range(2):
-        a = src.arrays
-        a.labels[row], a.seeds[row] = 10 + row, 100 + row
-        a.boxes[row] = (row, row + 1, row + 2, row + 3, row % 2)
-        a.arena[row * 5:row * 5 + 5] = 7 + row
-        a.offsets[row], a.lengths[row] = row * 5, 5
-    dst.arrays.arena[:6] = 1
-    dst.arrays.offsets[0], dst.arrays.lengths[0] = 0, 6   # one row already there
-    assert _move_rows(src, 0, dst, 1, 2)
-    b = dst.arrays
-    assert b.labels[1:3].tolist() == [10, 11] and b.seeds[1:3].tolist() == [100, 101]
-    assert b.boxes[1:3].tolist() == [[0, 1, 2, 3, 0], [1, 2, 3, 4, 1]]
-    for row, fill in ((1, 7), (2, 8)):
-        start, n = int(b.offsets[row]), int(b.lengths[row])
-        assert n == 5 and start >= 6 and (b.arena[start:start + n] == fill).all()

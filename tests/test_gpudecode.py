@@ -476,3 +476,58 @@ def test_auto_decode_times_gpu_and_cpu_decoding_while_training_and_keeps_one(tmp
         assert set(loader.stats.share_rates) == {0.0, 1.0}
         assert loader.stats.cpu_share == trial.chosen
         assert loader.workers % 8 == 0  # as many packers as CPU decoding would have workers
+
+
+@cuda
+@pytest.mark.parametrize("workers", [0, 2])
+def test_drop_last_batches_stay_full_when_an_image_fails_both_decoders(tmp_path, monkeypatch,
+                                                                       workers):
+    """A JPEG whose headers pass the packers' screen but whose data is cut: the GPU decoder
+    refuses it, Pillow too, and GpuDecode drops its row. Its batch once came out short
+    mid-epoch with drop_last=True (CUDA graphs and torch.compile need static shapes); now
+    the next rows fill it, in archive order (evaluation), and the image is counted."""
+    cut = photo(7, (64, 48))
+    cut = cut[: len(cut) // 2]
+    files = labeled_files(3, 7)
+    files = files[:5] + [("t/c01/cut.jpg", cut)] + files[5:]
+    path = write_archive(tmp_path / "a.tgz", files)
+    with cuda_loader(path, "cuda", drop_last=True, train=False, workers=workers) as loader:
+        jpeg = loader._gpu.jpeg
+        decode = jpeg.decode
+
+        def refusing(datas):
+            ok = [d for d in datas if len(d) != len(cut)]
+            decoded = iter(decode(ok) if ok else [])
+            return [None if len(d) == len(cut) else next(decoded) for d in datas]
+        monkeypatch.setattr(jpeg, "decode", refusing)
+        for _ in range(2):
+            with pytest.warns(UserWarning, match="skipped 1 members"):
+                batches = [(x.cpu(), y.cpu()) for x, y in loader]
+            assert [len(y) for _, y in batches] == [8, 8]
+            labels = torch.cat([y for _, y in batches])
+            good = [int(name.split("/")[1][1:]) for name, _ in files if name != "t/c01/cut.jpg"]
+            assert labels.tolist() == good[:16]
+            assert_labels_match_pixels(torch.cat([x for x, _ in batches]), labels, tolerance=8)
+            assert sum(loader.stats.skipped.values()) == 1
+
+
+@cuda
+def test_a_newer_iterator_stops_the_decode_threads_of_the_older(tmp_path):
+    """With decode="cuda" the older iterator's threads once went on changing the worker pool's
+    state beside the newer one's, and its next() waited for the whole timeout."""
+    import threading
+    import time
+    path = write_archive(tmp_path / "a.tgz", labeled_files(3, 16))
+    with cuda_loader(path, "cuda", options=Options(timeout=30, lookahead=False)) as loader:
+        first = iter(loader)
+        next(first)
+        second = iter(loader)
+        assert not [t for t in threading.enumerate() if t.name.startswith("imageloader-")
+                    and t.is_alive()]  # the first one's collect/prefetch threads stopped
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match="newer"):
+            next(first)
+        assert time.monotonic() - start < 5
+        labels = torch.cat([y.cpu() for _, y in second])
+        assert sorted(labels.tolist()) == sorted(k for k in range(3) for _ in range(16))
+        assert loader._pool.in_use() == 0

@@ -275,9 +275,9 @@ class _LateEvent:
 def test_buffers_freed_by_late_copy_events_keep_the_workers_busy(tmp_path, monkeypatch):
     """All orders answered and every buffer waiting on a copy event: no worker message can
     come, so the collector must wait for the events, not for messages (it once hung)."""
-    import imageloader.loader as loader_module
+    import imageloader.epoch as epoch_module
     path = write_archive(tmp_path / "a.tgz", labeled_files(4, 16, size=(12, 10)))
-    monkeypatch.setattr(loader_module, "release_batch", lambda pool, buf: (
+    monkeypatch.setattr(epoch_module, "release_batch", lambda pool, buf: (
         lambda event: pool.release(buf, after=_LateEvent(0.05))))
     with raw_loader(path, batch_size=2, workers=2, prefetch=1, size=8,
                     options=Options(timeout=10)) as loader:

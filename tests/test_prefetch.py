@@ -291,3 +291,106 @@ def test_priority_sets_the_side_streams_priority():
     least, greatest = torch.cuda.Stream.priority_range()
     assert Prefetcher([], "cuda", priority=-1).side_stream.priority == max(-1, greatest)
     assert Prefetcher([], "cuda").side_stream.priority == least
+
+
+# ---- failures in the device step, staging memory, repeated batches (issue: explicit lifetimes)
+
+
+def pool_batches(pool: BufferPool, n: int):
+    for k in range(n):
+        buf = pool.lease()
+        buf.labels.fill_(k)
+        buf.count = pool.batch_size
+        yield buf.views(), release_batch(pool, buf)
+
+
+def failing_on(calls_that_fail: set):
+    calls = [0]
+
+    def step(item):
+        calls[0] += 1
+        if calls[0] in calls_that_fail:
+            raise RuntimeError("out of memory (a test double)")
+        return item[0].float(), item[1]
+    return step
+
+
+def test_a_failing_device_step_on_the_cpu_gives_its_host_buffer_back():
+    pool = BufferPool(2, 4, (2, 2, 3))
+    prefetcher = Prefetcher((), "cpu", item_transform=failing_on({2}))
+    got = []
+    with pytest.raises(RuntimeError, match="out of memory"):
+        for _images, labels in prefetcher.run(pool_batches(pool, 5)):
+            got.append(int(labels[0]))
+    assert got == [0] and pool.in_use() == 0
+
+
+def test_staging_keeps_a_bounded_number_of_size_classes():
+    """Pageable batches of many sizes once kept a page-locked pool per byte size, forever."""
+    from imageloader.prefetch import _Staging
+    staging = _Staging(torch.device("cpu"), slots=2)   # unpinned on the CPU, same bookkeeping
+    for n in range(1000, 400_000, 7919):  # 51 sizes
+        pinned, release = staging.stage(torch.ones(n, dtype=torch.uint8))
+        assert pinned.numel() == n and bool(pinned.all())
+        release(None)
+    assert len(staging._pools) <= 4
+    assert staging.nbytes <= 4 * 2 * (400_000 * 9 // 8 + (64 << 10))
+    held = [staging.stage(torch.ones(n, dtype=torch.uint8))
+            for n in (5_000, 90_000, 300_000, 1_000_000)]
+    staging.stage(torch.ones(2_000_000, dtype=torch.uint8))[1](None)
+    assert len(staging._pools) == 5  # every pool still in use: none could be freed
+    for pinned, release in held:
+        assert bool(pinned.all())  # and none was freed under its holder
+        release(None)
+    staging.close()
+
+
+def test_size_classes_waste_at_most_an_eighth_or_a_page():
+    from imageloader.prefetch import size_class
+    for n in (1, 4096, 4097, 100_000, 38_535_168):
+        assert n <= size_class(n) <= max(n + 4095, n * 9 // 8)
+        assert size_class(size_class(n)) == size_class(n)
+
+
+@cuda
+@pytest.mark.parametrize("threaded", [False, True])
+def test_a_failing_device_step_gives_its_host_buffer_back(threaded):
+    """An out-of-memory error in the device step that the user catches: the host buffer goes
+    back to its pool once the side stream's work queued before the failure has run."""
+    pool = BufferPool(6, 8, (4, 4, 3), pin_device=torch.device("cuda"))
+    prefetcher = Prefetcher((), "cuda", prefetch=2, threaded=threaded,
+                            item_transform=failing_on({3}))
+    for _ in range(4):  # more failures than the pool has buffers to lose
+        with pytest.raises(RuntimeError, match="out of memory"):
+            for _batch in prefetcher.run(pool_batches(pool, 6)):
+                pass
+        prefetcher.item_transform = failing_on({3})
+    torch.cuda.synchronize()
+    assert pool.in_use() == 0 and pool.free == 6
+    pool.close()
+
+
+@cuda
+def test_a_repeated_batch_is_recorded_on_the_stream_it_is_used_on(tmp_path, monkeypatch):
+    """A rank that runs short repeats its last batch; used on another stream than before,
+    its memory must be recorded there too (and that stream must wait for the first)."""
+    from conftest import numbered_files
+    recorded = []
+    original = torch.Tensor.record_stream
+
+    def spy(tensor, stream):
+        recorded.append((tensor.data_ptr(), stream))
+        return original(tensor, stream)
+    monkeypatch.setattr(torch.Tensor, "record_stream", spy)
+    path = write_archive(tmp_path / "a.tgz", numbered_files(25))
+    with ImageLoader(path, batch_size=4, size=8, mode="L", device="cuda", normalize=False,
+                     workers=0, options=Options(rank=1, world_size=2)) as loader:
+        it = iter(loader)
+        batches = [next(it) for _ in range(3)]
+        other = torch.cuda.Stream()
+        with torch.cuda.stream(other):
+            recorded.clear()
+            images, labels = next(it)  # the repeat
+            assert torch.equal(labels, batches[2][1])
+            assert (images.data_ptr(), other) in recorded
+        assert next(it, None) is None

@@ -1,0 +1,185 @@
+"""The epoch iterator: rows carried over into full batches, archive order, and how it ends."""
+from __future__ import annotations
+
+import time
+import warnings
+from collections import Counter
+
+import pytest
+import torch
+
+from conftest import ids, numbered_files, write_archive
+from imageloader import ImageLoader, Options
+
+
+def piece(first: int, n: int, mark, counts=None):
+    """n rows numbered first, first + 1, ... (the number is the label and the pixel)."""
+    from imageloader.epoch import Piece
+    labels = torch.arange(first, first + n)
+    images = labels.view(-1, 1, 1, 1).expand(-1, 1, 2, 2).clone()
+    return Piece(images, labels, {"mark": mark, "counts": counts or {}})
+
+
+def test_rebatch_passes_full_pieces_through_and_carries_rows_over_in_order():
+    from imageloader.epoch import rebatch
+    full = piece(0, 4, "a")
+    pieces = [full, piece(4, 3, "b"), piece(7, 0, "c", {"undecodable": 2}), piece(7, 4, "d"),
+              piece(11, 2, "e")]
+    out = list(rebatch(pieces, 4, drop_last=False))
+    assert out[0].images is full.images  # the fast path copies nothing
+    assert [b.labels.tolist() for b in out] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11],
+                                                [12]]
+    # Where the stream stands after each batch: the mark after the last piece used up, and
+    # the rows of the next one handed out already.
+    assert [(b.mark, b.rows) for b in out] == [("a", 0), ("c", 1), ("d", 1), ("e", 0)]
+    assert [dict(b.counts) for b in out] == [{}, {"undecodable": 2}, {}, {}]
+    assert all(torch.equal(b.images[:, 0, 0, 0], b.labels) for b in out)
+
+
+def test_rebatch_drop_last_and_resume_inside_a_piece():
+    from imageloader.epoch import rebatch
+    pieces = [piece(0, 3, "a", {"x": 1}), piece(3, 3, "b", {"y": 1}), piece(6, 3, "c")]
+    leftover = Counter()
+    out = list(rebatch(pieces, 4, drop_last=True, leftover=leftover))
+    assert [b.labels.tolist() for b in out] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert leftover == {}  # every piece's counts went out with a batch
+    # Resume after the first batch: from mark "a", one row of "b" handed out; its counts too.
+    again = list(rebatch(pieces[1:], 4, drop_last=True, mark=out[0].mark,
+                         skip_rows=out[0].rows))
+    assert [b.labels.tolist() for b in again] == [[4, 5, 6, 7]]
+    assert [dict(b.counts) for b in again] == [{}]
+    dropped = Counter()
+    list(rebatch([piece(0, 4, "a"), piece(4, 1, "b", {"z": 3})], 4, drop_last=True,
+                 leftover=dropped))
+    assert dropped == {"z": 3}  # no batch holds the dropped row: counted with the epoch
+
+
+@pytest.mark.parametrize("workers", [0, 2, 3])
+def test_evaluation_keeps_the_archive_order_after_skipped_images(tmp_path, workers):
+    """With workers, a failed image used to be replaced by the next image of the same worker's
+    stream: from the batch after next, out of archive order."""
+    bad = {3, 9, 10, 20}
+    path = write_archive(tmp_path / "a.tgz", numbered_files(30, bad))
+    with ImageLoader(path, batch_size=4, size=8, mode="L", device="cpu", normalize=False,
+                     workers=workers, train=False) as loader:
+        with pytest.warns(UserWarning, match="skipped 4 members"):
+            batches = [ids(x) for x, _ in loader]
+        assert loader.stats.skipped == {"undecodable": 4}
+    assert sum(batches, []) == [i for i in range(30) if i not in bad]
+    assert [len(b) for b in batches] == [4] * 6 + [2]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_newer_iterator_ends_the_older_at_once(tmp_path, workers):
+    path = write_archive(tmp_path / "a.tgz", numbered_files(24))
+    with ImageLoader(path, batch_size=4, size=8, mode="L", device="cpu", normalize=False,
+                     workers=workers, options=Options(timeout=20)) as loader:
+        first = iter(loader)
+        next(first)
+        second = iter(loader)
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match=r"newer iter\(loader\) started epoch 1"):
+            next(first)
+        assert time.monotonic() - start < 5  # not the timeout
+        with pytest.raises(RuntimeError, match="newer"):
+            next(first)  # and again: it stays ended
+        assert sorted(sum((ids(x) for x, _ in second), [])) == list(range(24))
+        assert loader.stats.epoch == 1 and loader.stats.samples == 24
+
+
+def drop_some_rows(loader, every: int = 3):
+    """Make the loader's device step lose the first row of every `every`-th batch, as GPU
+    decoding does with an image neither nvJPEG nor Pillow can decode."""
+    step = loader.prefetcher.item_transform
+    calls = [0]
+
+    def lossy(item):
+        out = step(item)
+        calls[0] += 1
+        if calls[0] % every:
+            return out
+        trimmed = (out[0][1:], out[1][1:], *out[2:])
+        return type(out)(*trimmed) if hasattr(out, "_fields") else trimmed
+    loader.prefetcher.item_transform = lossy
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_rows_lost_in_the_device_step_are_carried_over_into_full_batches(tmp_path, workers):
+    """decode="cuda" with drop_last=True once gave a short batch mid-epoch when an image failed
+    both decoders (static shapes for CUDA graphs and torch.compile broke): every batch has
+    batch_size rows, the images keep their order, and only the rows lost are missing."""
+    path = write_archive(tmp_path / "a.tgz", numbered_files(40))
+    with ImageLoader(path, batch_size=4, size=8, mode="L", device="cpu", normalize=False,
+                     workers=workers, train=False, drop_last=True) as loader:
+        plain = sum((ids(x) for x, _ in loader), [])
+        drop_some_rows(loader)
+        batches = [ids(x) for x, _ in loader]
+    assert all(len(b) == 4 for b in batches)
+    got = sum(batches, [])
+    assert got == [i for i in plain if i in got] and len(got) == 4 * ((40 - 3) // 4)
+
+
+def fail_first_device_steps(loader, failures: int):
+    step = loader.prefetcher.item_transform
+    calls = [0]
+
+    def failing(item):
+        calls[0] += 1
+        if calls[0] <= failures:
+            raise RuntimeError("CUDA out of memory (a test double)")
+        return step(item)
+    loader.prefetcher.item_transform = failing
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_exception_in_the_device_step_costs_no_buffer(tmp_path, workers):
+    """The user catches an out-of-memory error and goes on: the host buffer of the failed
+    step comes back. Once, buffers leaked until the loader stalled."""
+    path = write_archive(tmp_path / "a.tgz", numbered_files(24))
+    with ImageLoader(path, batch_size=4, size=8, mode="L", device="cpu", normalize=False,
+                     workers=workers, options=Options(timeout=10, lookahead=False)) as loader:
+        failures = 12  # twice the buffers of its pool
+        fail_first_device_steps(loader, failures)
+        for _ in range(failures):
+            with pytest.raises(RuntimeError, match="out of memory"):
+                for _batch in loader:
+                    pass
+        assert sorted(sum((ids(x) for x, _ in loader), [])) == list(range(24))
+        deadline = time.monotonic() + 2
+        while loader._pool.in_use() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert loader._pool.in_use() == 0
+
+
+def test_break_ends_the_epoch_when_the_iterator_is_dropped(tmp_path):
+    """Nothing of the iterator refers back to it: a `break` (the for loop drops it) ends the
+    epoch at once, without waiting for the garbage collector."""
+    import gc
+    path = write_archive(tmp_path / "a.tgz", numbered_files(24))
+    gc.disable()
+    try:
+        with ImageLoader(path, batch_size=2, size=8, mode="L", device="cpu",
+                         normalize=False, workers=2, options=Options(lookahead=False)) as loader:
+            for _batch in loader:
+                break
+            deadline = time.monotonic() + 2
+            while loader._pool.in_use() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert loader._pool.in_use() == 0
+    finally:
+        gc.enable()
+
+
+def test_stats_and_warning_of_an_epoch_ended_by_a_newer_one(tmp_path):
+    path = write_archive(tmp_path / "a.tgz", numbered_files(12, bad={0}))
+    with ImageLoader(path, batch_size=4, size=8, mode="L", device="cpu", normalize=False,
+                     workers=0, train=False) as loader:
+        first = iter(loader)
+        next(first)
+        stats = loader.stats
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            iter(loader)
+        assert stats.samples == 4 and stats.skipped == {"undecodable": 1}
+        assert any("skipped 1 members" in str(w.message) for w in caught)
