@@ -32,9 +32,9 @@ def configure_cuda_queues(queues: int = GPU_DECODE_QUEUES) -> bool:
     Why: CUDA maps every stream of a process onto a few hardware queues, 8 by default. Ours (the
     side stream, nvJPEG's own) then share queues with the training's stream, and a small decode
     kernel waits behind whole training kernels queued before it. With 32 queues, ResNet-18 fed
-    by GPU decoding went from 77-80% to 91-94% of its data-on-GPU rate (H200 host,
-    scripts/probe_contention.py, scripts/results/h200-probe-queues). It is a process-wide
-    setting, so importing imageloader never changes it: this call does, when asked.
+    by GPU decoding went from 77-80% to 91-94% of its data-on-GPU rate (H200 host; the
+    benchmarks document, scripts/bench/README.md). It is a process-wide setting, so importing
+    imageloader never changes it: this call does, when asked.
     """
     chosen = os.environ.get(MAX_CONNECTIONS)
     if chosen is not None:

@@ -1,8 +1,8 @@
 """Plain copies: a gzip archive inflated once into an uncompressed `.tar` that readers seek in.
 
 JPEG bytes barely compress, so a `.tgz` of photos saves almost no disk but costs a full inflate
-every epoch: ~100-250 MB/s per core (scripts/bench_inflate.py), where 20,000 photos/s of ~115 KB
-are ~2.3 GB/s. The copy is the archive's tar stream byte for byte, so the member offsets the
+every epoch: ~100-250 MB/s per core (scripts/bench/bench_inflate.py), where 20,000 photos/s of
+~115 KB are ~2.3 GB/s. The copy is the archive's tar stream byte for byte, so the member offsets the
 scan found (index.py's regions) hold in it unchanged: a region is a seek with no inflate, and
 one walk of it (evaluation order) meets exactly the members, skips and errors the `.tgz` gives.
 A plain `.tar` rather than packed bytes plus an index, because then nothing downstream changes:

@@ -29,6 +29,7 @@ from typing import Iterable, Iterator, NamedTuple
 import torch
 
 from .batch import FALLBACK
+from .errors import counted
 from .plan import Position
 from .prefetch import release_batch
 from .read import source_name
@@ -281,7 +282,8 @@ class _EpochRun:
         if stats.skipped:
             names = ", ".join(source_name(s) for s in self.sources[:3])
             more = "..." if len(self.sources) > 3 else ""
-            warnings.warn(f"epoch {stats.epoch}: skipped {sum(stats.skipped.values())} members "
+            warnings.warn(f"epoch {stats.epoch}: skipped "
+                          f"{counted(sum(stats.skipped.values()), 'member')} "
                           f"of {names}{more}: {dict(sorted(stats.skipped.items()))}",
                           stacklevel=4)
 

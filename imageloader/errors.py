@@ -11,6 +11,20 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+# What the loader reads, and how to make it: quoted by the errors about wrong input.
+LAYOUT = "<split>/<class>/<file> or <class>/<file> (the class is the image's parent folder)"
+PACK_HINT = ("python -m imageloader pack FOLDER OUT.tgz makes one from a folder of "
+             "<class>/<file> images")
+# Folder names that say "split", not "class": the only class being one of them means the
+# images lie directly in the split folder (train/x.jpg).
+SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "test", "testing",
+                         "eval", "evaluation", "dev"})
+
+
+def counted(n: int, noun: str) -> str:
+    """`1 member`, `2 members`: counts in messages, with the noun's number right."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
 
 class ArchiveError(RuntimeError):
     """The archive itself is unreadable; reading cannot go on."""
@@ -65,9 +79,11 @@ class UnknownLabelError(KeyError):
         super().__init__(label)
 
     def __str__(self) -> str:
+        split = (f" ({self.label!r} looks like a split folder holding images directly; members "
+                 f"are read as {LAYOUT})" if self.label.lower() in SPLIT_NAMES else "")
         return (f"class {self.label!r} of member {self.member!r} in archive {self.archive!r} "
-                f"is not in the label vocabulary; pass a vocabulary that contains it, or "
-                f"unknown_labels='skip' to count and skip such members")
+                f"is not in the label vocabulary{split}; pass a vocabulary that contains it, "
+                f"or unknown_labels='skip' to count and skip such members")
 
     def __reduce__(self):
         return UnknownLabelError, (self.label, self.archive, self.member)

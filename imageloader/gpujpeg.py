@@ -1,7 +1,7 @@
 """The batched JPEG decoders that decode="cuda" can drive, and the choice among them.
 
 Three libraries decode a list of JPEGs on an NVIDIA GPU, and which is fastest depends on the
-images, not only on the host (scripts/bench_decoders.py, H200, batches of 256):
+images, not only on the host (scripts/bench/bench_decoders.py, H200, batches of 256):
 
     decoder, one call at a time          ImageNet-like 500x375     photos, 250-2,600 px wide
     torchvision.io.decode_jpeg           17,500-23,500 img/s       5,500-6,400 img/s
@@ -9,7 +9,7 @@ images, not only on the host (scripts/bench_decoders.py, H200, batches of 256):
     nvImageCodec, new images per call    11,400                    7,700
     nvImageCodec, images reused          13,000                    11,500-12,600
 
-and inside the loader (scripts/bench.py, loader alone, 8 readers, same host and run): photos
+and inside the loader (scripts/bench/bench.py, loader alone, 8 readers, same host and run): photos
 nvImageCodec 9,943, torchvision 8,318, torchcodec 7,694 img/s; ImageNet-like nvImageCodec
 17,417, torchcodec 17,378. A trial of each decoder on the first batches picked wrongly there
 (nvImageCodec's kept images make its first calls its slowest), so `Options(gpu_decoder=

@@ -40,7 +40,7 @@ from .index import file_stamp
 from .plan import Plan, Position, Settings, check_resume, cores, make_plan
 from .pool import BufferPool
 from .prefetch import Normalize, Prefetcher, resolve_device
-from .read import Source, expand_sources
+from .read import Region, Source, expand_sources
 from .remote import RemoteOptions, share_scans
 from .runtime import LocalProducer, Runtime
 from .share import FixedShare, check_share, share_control
@@ -48,6 +48,16 @@ from .vocab import Vocabulary, as_vocabulary, cached_image_count
 from .workers import WorkerPool
 
 log = logging.getLogger(__name__)
+
+# Sizes and priorities that were options once: tuning them measured no end-to-end gain
+# (scripts/bench/README.md, "Settings that became constants"). Tests set them here.
+ARENA_PER_IMAGE = 192 << 10     # decode="cuda": JPEG bytes per batch slot; a JPEG that does not
+                                # fit is decoded on the CPU (stats.fallbacks["arena_full"])
+RING_BYTES: int | None = None   # per worker, shared memory for member bytes in transit; None:
+                                # ~2 batches of them (_ring_bytes); 0: through pipes
+GPU_DECODE_NICE = 10            # added to readers' and packers' niceness with GPU decoding: the
+                                # parent's decode thread is on the critical path, they have slack
+CPU_DECODE_NICE = 0             # with CPU decoding the workers are the critical path
 
 
 @dataclass(frozen=True)
@@ -71,32 +81,16 @@ class Options:
                                         # stays free); None: inflate every epoch
     timeout: float = 300.0              # seconds without any batch before erroring out
     lookahead: bool = True              # start reading epoch e+1 as soon as e is fully read
-    cpu_share: float | str | None = None  # decode="cuda": share of the images the packers
+    cpu_share: float | None = None      # decode="cuda": share of the images the packers
                                         # decode on the CPU instead (they reach the GPU as
-                                        # pixels), for models that keep the GPU busy; "auto":
-                                        # steered while training (share.py): which images go
-                                        # which way then depends on timing, and the two
-                                        # paths' pixels differ by a level or two. None: 0,
+                                        # pixels), for models that keep the GPU busy. None: 0,
                                         # or with decode="auto" a trial of 0 against 1
-    switch_interval: float | None = None  # decode="cuda": sys.setswitchinterval while the
-                                        # decode threads run, e.g. 2e-4 when the training loop
-                                        # is mostly Python (prefetch.py says why); None: the
-                                        # interpreter's (5 ms)
     gpu_decoder: str = "auto"           # decode="cuda": "nvimgcodec", "torchcodec",
                                         # "torchvision", or "auto": the first of those
                                         # installed (the fastest measured, gpujpeg.py)
     gpu_crop: str = "auto"              # decode="cuda", training crops: "triton" (one
                                         # kernel per batch, gpucrop.py), "roi_align"
                                         # (torchvision ops), "auto": triton where it runs
-    worker_nice: int | None = None      # added to the reader and decode processes' niceness,
-                                        # so that the training process's threads come first.
-                                        # None: 10 with decode="cuda" (ResNet-18 +1-2 points
-                                        # of its rate on the H200 host), else 0
-    stream_priority: int = 0            # CUDA priority of the loader's side stream
-                                        # (-1: ahead of the training's kernels; prefetch.py)
-    arena_per_image: int = 192 << 10    # decode="cuda": packed JPEG bytes per batch slot
-    ring_bytes: int | None = None       # per worker, shared memory for member bytes in transit
-                                        # (None: ~2.5 batches of them; 0: send through pipes)
     formats: tuple[str, ...] = ALLOWED_FORMATS
     rank: int | None = None             # None: from torch.distributed if initialized
     world_size: int | None = None
@@ -120,6 +114,8 @@ class LoaderStats:
     decode: str = "cpu"
     inflate: str = ""
     workers: int = 0
+    readers: int = 0                    # reader processes (0: read in the calling process)
+    regions: int = 0                    # regions the archives were cut into (0: read whole)
     fallbacks: Counter = field(default_factory=Counter)  # decode="cuda": CPU-decoded, by why
     padded: int = 0                     # batches repeated so that ranks take equal steps
     cpu_share: float = 0.0              # decode="cuda": the share batches are given now
@@ -183,6 +179,9 @@ class ImageLoader:
                  options: Options | None = None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if workers is not None and workers < 0:
+            raise ValueError(f"workers must be >= 0 (decode processes; 0 decodes in this "
+                             f"process, None: the cores but one), got {workers}")
         self.options = options = options or Options()
         check_policy("on_error", options.on_error)
         check_policy("unknown_labels", options.unknown_labels)
@@ -216,16 +215,13 @@ class ImageLoader:
             self._gpu = GpuDecode(self.decoder, self.normalize, self.device, jpeg,
                                   crop=options.gpu_crop)
             self.prefetcher = Prefetcher((), self.device, prefetch=max(prefetch, 1),
-                                         item_transform=GpuStep(self._gpu), threaded=True,
-                                         switch_interval=options.switch_interval,
-                                         priority=options.stream_priority)
+                                         item_transform=GpuStep(self._gpu), threaded=True)
             self._fill = JpegPacker(self.decoder)
             self.cpu_share = share_control(options.cpu_share, trial=trial)
         else:
             self._gpu = None
             self.prefetcher = Prefetcher((), self.device, prefetch=prefetch,
-                                         item_transform=OnDevice(self.normalize),
-                                         priority=options.stream_priority)
+                                         item_transform=OnDevice(self.normalize))
             self._fill = self.decoder
             check_share(options.cpu_share)  # a bad value is an error whatever the decode
             self.cpu_share = FixedShare(0.0)
@@ -298,7 +294,9 @@ class ImageLoader:
         self.stats = stats = LoaderStats(epoch=epoch, decode=self.decode_name,
                                          workers=self.workers,
                                          inflate=_inflater_name(self.sources, self.options,
-                                                                self._copies))
+                                                                self._copies),
+                                         readers=plan.readers if self.workers else 0,
+                                         regions=sum(isinstance(p, Region) for p in plan.parts))
         steps = plan.steps(epoch) if self.world_size > 1 else None
         wrap = Packed if self._gpu is not None else host_piece
         return runtime.begin(lambda rt: EpochIterator(
@@ -362,7 +360,7 @@ class ImageLoader:
         # GPU decode: the prefetcher's collecting thread holds up to 3 more filled buffers
         # (2 queued, 1 being submitted) that the workers must not go without.
         slots = self.prefetch + 2 + self.workers + (3 if self._gpu is not None else 0)
-        arena = self.batch_size * self.options.arena_per_image if self._gpu is not None else 0
+        arena = self.batch_size * ARENA_PER_IMAGE if self._gpu is not None else 0
         return BufferPool(slots, self.batch_size, self.decoder.out_shape, pin_device=pin,
                           shared=self.workers > 0, arena_bytes=arena)
 
@@ -379,18 +377,13 @@ class ImageLoader:
                           prepare=self.cpu_share.stamp, ordered=plan.ordered)
 
     def _worker_nice(self) -> int:
-        nice = self.options.worker_nice
-        if nice is None:
-            # With GPU decoding the parent's nvJPEG thread is on the critical path and the
-            # packers and readers have slack (scripts/results/h200-probe-queues).
-            return 10 if self._gpu is not None else 0
-        return nice
+        return GPU_DECODE_NICE if self._gpu is not None else CPU_DECODE_NICE
 
     def _ring_bytes(self) -> int:
         """Each worker's byte ring holds ~2 batches of compressed members. The mean member
         size comes from fresh sidecars (never a new scan), else 128 KiB is assumed."""
-        if self.options.ring_bytes is not None:
-            return self.options.ring_bytes
+        if RING_BYTES is not None:
+            return RING_BYTES
         mean = 128 << 10
         paths = [os.fspath(s) for s in self.sources if not hasattr(s, "read")]
         counts = [cached_image_count(p) for p in paths]

@@ -272,7 +272,7 @@ def region_readers(workers: int, gpu: bool) -> int:
     # 4 -> 10k, 6 -> 14k, 8 -> 15-17k img/s), and a count that divides the packers: with
     # 10 packers and 8 readers (13.5k) the readers with two packers feed twice the batches.
     # CPU decode wants ~4-5k/s and every core a reader takes is one fewer for decoding:
-    # 2 readers beat 1, 3 and 4 there (scripts/profile_gpu_decode.py --configs).
+    # 2 readers beat 1, 3 and 4 there (H200 host; scripts/bench/README.md).
     if gpu:
         return max(r for r in range(1, min(workers, 8) + 1) if workers % r == 0)
     return max(1, workers // 6)
@@ -310,7 +310,7 @@ def _default_readers(s: Settings, parts: tuple) -> int:
     # One archive: one reader. It walks ~10k members/s on the GPU host, twice what 15
     # decoding processes consume. With GPU decode a second one (Options(readers=2): each
     # inflates the whole stream, ~0.3 ms of CPU per image, and keeps every other image)
-    # gained < 4% while using ~3 more cores (scripts/results/h200-probe/): it is not the
+    # gained < 4% while using ~3 more cores (H200 host): it is not the
     # wall there either.
     return 1
 

@@ -28,7 +28,6 @@ import collections
 import contextlib
 import dataclasses
 import queue
-import sys
 import threading
 from typing import Any, Callable, Iterable, Iterator
 
@@ -208,21 +207,6 @@ class _InFlight:
     ready: Any                       # torch.cuda.Event recorded on the side stream
 
 
-def _lower_switch_interval(seconds: float | None) -> Callable[[], None]:
-    """Set the interpreter's thread switch interval to `seconds` if that is lower; returns
-    the function that puts the previous value back (unless someone changed it meanwhile)."""
-    previous = sys.getswitchinterval()
-    if seconds is None or seconds >= previous:
-        return lambda: None
-    sys.setswitchinterval(seconds)
-    ours = sys.getswitchinterval()
-
-    def restore() -> None:
-        if sys.getswitchinterval() == ours:
-            sys.setswitchinterval(previous)
-    return restore
-
-
 class Prefetcher:
     """Iterate `source` with batches copied to `device` up to `prefetch` batches ahead.
 
@@ -235,7 +219,7 @@ class Prefetcher:
     def __init__(self, source: Iterable, device: str | torch.device | None = None, *,
                  prefetch: int = 2, item_transform: Callable[[Any], Any] | None = None,
                  staging_slots: int | None = None, threaded: bool = False,
-                 switch_interval: float | None = None, priority: int = 0):
+                 priority: int = 0):
         if prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {prefetch}")
         self.source, self.device, self.prefetch = source, resolve_device(device), prefetch
@@ -244,13 +228,6 @@ class Prefetcher:
         # transforms (GPU decoding: thousands of small kernel launches per batch) overlap the
         # training loop's own launches instead of adding to them.
         self.threaded = threaded
-        # With threads, a thread waiting for the GIL gets it only every `switch_interval`
-        # seconds (Python's default: 5 ms). nvJPEG's caller gives the GIL up and takes it back
-        # many times per batch: beside a pure-Python loop it decoded 293 img/s at 5 ms and
-        # 9,149 at 0.2 ms (H200 host, probe_contention.py). Beside ResNet-18 steps, whose ops
-        # release the GIL often, the interval made no difference, hence opt-in. While the
-        # threads run, the interval is lowered to this (None: left alone).
-        self.switch_interval = switch_interval
         # CUDA stream priority of the side stream (lower is more urgent; torch clamps to the
         # device's range). A high priority lets the block scheduler start our few small
         # kernels between a training kernel's blocks instead of after the whole kernel.
@@ -339,7 +316,6 @@ class Prefetcher:
                              name="imageloader-collect", daemon=True),
             threading.Thread(target=self._submit_all, args=(collected, jobs, stop),
                              name="imageloader-prefetch", daemon=True)]
-        restore = _lower_switch_interval(self.switch_interval)
         for thread in threads:
             thread.start()
         try:
@@ -358,7 +334,6 @@ class Prefetcher:
                         _release_unsubmitted(q.get(timeout=0.05))
             if hasattr(pairs, "close"):
                 pairs.close()  # only now: a generator cannot be closed while another runs it
-            restore()
 
     @staticmethod
     def _collect_all(pairs, collected: queue.Queue, stop: threading.Event) -> None:

@@ -101,6 +101,12 @@ def expand_sources(source: Source | Iterable[Source],
             out.extend(matches)
         elif not os.path.exists(path):
             raise FileNotFoundError(f"archive {path!r} does not exist")
+        elif os.path.isdir(path):
+            raise IsADirectoryError(
+                f"{path!r} is a folder: pass an archive ({', '.join(ARCHIVE_SUFFIXES)}) or a "
+                f"glob of archives such as '{os.path.join(path, '*.tgz')}'; "
+                f"python -m imageloader pack {path} {path.rstrip('/') or 'images'}.tgz packs "
+                f"a folder of <class>/<file> images into one")
         else:
             out.append(path)
     if not out:

@@ -1,7 +1,8 @@
-"""`python -m imageloader.summary ARCHIVE...`: classes, counts, sizes and bad members of archives.
+"""`python -m imageloader summary ARCHIVE...`: classes, counts, sizes and bad members of archives.
 
 Reads each archive once as a stream, like the loader. With `--decode` every image is also
 decoded, so undecodable members are listed by name before a training run meets them.
+`python -m imageloader.summary ...` runs the same command.
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def summarize(archive: str, decode: bool = False, max_listed: int = 20) -> dict:
-    """Counts per class, bytes, skips by reason, and the first bad members by name."""
+    """Images per class, mean bytes, skips by reason, and the first bad members by name. With
+    `decode`, an image that does not decode is counted as skipped only, not as an image."""
     skipped: Counter = Counter()
     per_class: Counter = Counter()
     sizes: list[int] = []
@@ -37,15 +39,16 @@ def summarize(archive: str, decode: bool = False, max_listed: int = 20) -> dict:
     scratch = np.empty(decoder.out_shape, np.uint8)
     try:
         for member in iter_members(archive, skipped=skipped, read_data=decode):
-            per_class[member.label] += 1
             if decode:
-                sizes.append(len(member.data))
                 try:
                     decoder(member.data, scratch, 0)
-                except SampleError as error:
+                except SampleError as error:  # counted once: skipped, not also an image
                     skipped[error.reason] += 1
                     if len(bad) < max_listed:
                         bad.append((member.name, error.reason))
+                    continue
+                sizes.append(len(member.data))
+            per_class[member.label] += 1
         error_text = None
     except ArchiveError as error:
         error_text = str(error)

@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Mapping
 
 from . import remote
-from .errors import Limits
+from .errors import LAYOUT, PACK_HINT, SPLIT_NAMES, Limits, counted
 from .index import file_stamp, index_is_stale, recorder_for, regions_from
 from .read import IMAGE_EXTENSIONS, Region, Source, expand_sources, iter_members, source_name
 
@@ -93,6 +94,7 @@ class Vocabulary:
         if not counts:
             skipped = [scan.get("skipped", {}) for scan in scans]
             raise ValueError(_no_images_message(sources, skipped))
+        _check_classes(sources, counts)
         return cls(counts.keys(), counts)
 
 
@@ -103,9 +105,33 @@ def _no_images_message(sources: list, skipped: list[Mapping[str, int]]) -> str:
         reasons = ", ".join(f"{reason}: {n}" for reason, n in
                             sorted(counts.items(), key=lambda item: (-item[1], item[0])))
         found.append(f"{source} ({'skipped ' + reasons if reasons else 'no members'})")
-    return (f"no images found in {'; '.join(found)}. Images are read from members named "
-            f"<split>/<class>/<file> or <class>/<file>, the class being the parent folder, with "
-            f"one of the extensions {' '.join(sorted(IMAGE_EXTENSIONS))}")
+    loose = sum(counts.get("no_class_folder", 0) for counts in skipped)
+    where = (f" {counted(loose, 'image')} {'lies' if loose == 1 else 'lie'} at the top level, "
+             f"outside any class folder (no_class_folder)." if loose else "")
+    return (f"no images found in {'; '.join(found)}.{where} Images are read from members "
+            f"named <split>/<class>/<file> or <class>/<file>, the class being the parent "
+            f"folder, with one of the extensions {' '.join(sorted(IMAGE_EXTENSIONS))}; "
+            f"{PACK_HINT}")
+
+
+def _check_classes(sources: list, counts: Mapping[str, int]) -> None:
+    """One class is a mistake: an error when it is a split folder holding the images directly
+    (train/x.jpg: the model would learn one class named "train"), else a warning."""
+    if len(counts) != 1:
+        return
+    (name, images), = counts.items()
+    archives = ", ".join(source_name(s) for s in sources)
+    if name.lower() in SPLIT_NAMES:
+        raise ValueError(
+            f"{archives}: the only class found is {name!r}, a split folder holding "
+            f"{counted(images, 'image')} directly; a model would learn one class named "
+            f"{name!r}. Put each image in its class's folder ({name}/<class>/<file>): "
+            f"members are read as {LAYOUT}; {PACK_HINT}")
+    warnings.warn(
+        f"{archives}: one class found ({name!r}, {counted(images, 'image')}); a classifier "
+        f"trained on it learns nothing. Members are read as {LAYOUT}: if the archive holds "
+        f"several classes, each image must lie in its class's folder",
+        stacklevel=4)  # the caller of ImageLoader(...), the usual way here
 
 
 def as_vocabulary(vocab) -> Vocabulary | None:

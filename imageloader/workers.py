@@ -163,7 +163,7 @@ class _Channels:
     tails: Any = None     # per worker: how far it has read its byte ring
     rings: list = field(default_factory=list)  # per worker: shared-memory name of its ring
     ring_size: int = 0
-    nice: int = 0         # added to the children's niceness (Options.worker_nice)
+    nice: int = 0         # added to the children's niceness (loader.GPU_DECODE_NICE)
 
 
 class RingRef(NamedTuple):

@@ -31,9 +31,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from imageloader import ImageLoader, Normalize, configure_cuda_queues
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when loaded by path in tests
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # ranks.py, also when loaded by path
+from imageloader import ImageLoader, Normalize, configure_cuda_queues  # noqa: E402
 from ranks import setup_distributed  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -91,6 +91,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     a("--steady-after", type=int, default=10, help="steps before the steady-state img/s "
       "clock starts (cuDNN autotuning and start-up excluded)")
     a("--log-every", type=int, default=10, help="steps between loss syncs for the progress bar")
+    a("--print-every", type=int, default=100, help="when the output is not a terminal (a log "
+      "file): a progress line every N steps, besides the row per epoch; 0: rows only")
     a("--save-every", type=int, default=0, help="also checkpoint every N steps mid-epoch "
       "(with the loader's position: --resume continues with exactly the batches left)")
     return p
@@ -101,6 +103,12 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 def is_main() -> bool:
     return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def say(*values) -> None:
+    """Print on the main rank, at once: a log file read while training runs has every line."""
+    if is_main():
+        print(*values, flush=True)
 
 
 def resolve(args) -> tuple[torch.device, dict | None]:
@@ -232,6 +240,13 @@ def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=
                 # This .item() synchronizes: once per --log-every steps, not every step.
                 bar.set_postfix(loss=f"{loss_sum.item() / seen:.3f}",
                                 wait=f"{100 * wait_s / (time.perf_counter() - start):.0f}%")
+            elif args.print_every and (step + 1) % args.print_every == 0 and bar.disable \
+                    and is_main():
+                # No terminal, no bar: a line that a log file keeps (and grep finds). The
+                # .item() synchronizes, once per --print-every steps.
+                elapsed = time.perf_counter() - start
+                say(f"epoch {epoch} step {step + 1}/{steps} loss {loss_sum.item() / seen:.4f} "
+                    f"img/s {seen / elapsed:.0f} wait {100 * wait_s / elapsed:.0f}%")
     finally:
         batches.close()  # ends the epoch in the loader (and finalizes loader.stats)
         bar.close()
@@ -324,9 +339,8 @@ def main(args) -> dict:
     if args.evaluate:
         with build_loader(args.val, args, device, train=False, vocab=classes) as val:
             metrics = evaluate(make_model(args, len(val.vocab), ckpt, device), val, args)
-        if is_main():
-            print(f"{args.resume} (epoch {ckpt['epoch']}): val top-1 "
-                  f"{metrics['val_top1']:.2f}%  top-5 {metrics['val_top5']:.2f}%")
+        say(f"{args.resume} (epoch {ckpt['epoch']}): val top-1 "
+            f"{metrics['val_top1']:.2f}%  top-5 {metrics['val_top5']:.2f}%")
         return metrics
     with build_loader(args.data, args, device, train=True, vocab=classes) as train, \
             build_loader(args.val, args, device, train=False, vocab=train.vocab) as val:
@@ -363,7 +377,6 @@ def fit(model, train, val, ckpt, out_dir: Path, args) -> dict:
             start = ckpt["epoch"]
     compiled = torch.compile(model) if args.compile else model
     criterion = nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
-    say = print if is_main() else (lambda *a, **k: None)
     say(f"{args.arch} on {train.device} x {args.world_size} rank(s): {len(train.vocab)} "
         f"classes, {steps} steps/epoch of {args.batch_size}, lr {args.lr:g} (effective "
         f"peak), amp {args.amp}, epochs {start}..{args.epochs - 1}, out {out_dir}")

@@ -1,4 +1,4 @@
-"""Smoke tests for the stream demos and benchmark in scripts/: flags parse, mains run at tiny sizes."""
+"""Smoke tests for the stream demos and benchmarks in scripts/bench/: flags parse, mains run at tiny sizes."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 import torch
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts" / "bench"
 NAMES = ["bench_parallel", "demo_overlap_chunks", "demo_pinned_pageable"]
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -89,30 +89,10 @@ def test_demo_pinned_pageable_tiny(tmp_path: Path) -> None:
     json.loads(out.read_text())  # valid JSON: NaN was written as null
 
 
-def test_profile_script_counts_cores_by_role() -> None:
-    """profile_gpu_decode.py's CPU accounting (/proc) on a CPU loader: roles and machine share."""
-    import time
-    from imageloader import ImageLoader
-    profile = load("profile_gpu_decode")
-    repo = SCRIPTS.parent
-    with ImageLoader(str(repo / "data/digits-train.tgz"), batch_size=64, size=16, device="cpu",
-                     workers=1) as loader:
-        it = iter(loader)
-        next(it)
-        before, t0 = profile.cpu_snapshot(loader), time.perf_counter()
-        for _ in it:
-            pass
-        cores = profile.cores_used(before, profile.cpu_snapshot(loader),
-                                   time.perf_counter() - t0)
-    assert set(cores) == {"parent (collect + submit + main)", "packers", "readers",
-                          "machine busy %"}
-    assert cores["packers"] > 0.05 and 0 < cores["machine busy %"] <= 100
-
-
 def test_bench_reader_runs_on_the_cpu(capsys) -> None:
     """bench_reader.py, the GPU-free measure of the reader, on the bundled archive."""
     bench = load("bench_reader")
-    archive = str(SCRIPTS.parent / "data/digits-train.tgz")
+    archive = str(SCRIPTS.parents[1] / "data/digits-train.tgz")
     result = bench.main(bench.get_args_parser().parse_args(
         ["--archive", archive, "--workers", "1", "--seconds", "1", "--batch-size", "64"]))
     assert result["reader_alone"] > 0 and result["walk"]["cpu_us_per_member"] > 0

@@ -182,4 +182,4 @@ def test_stats_and_warning_of_an_epoch_ended_by_a_newer_one(tmp_path):
             warnings.simplefilter("always")
             iter(loader)
         assert stats.samples == 4 and stats.skipped == {"undecodable": 1}
-        assert any("skipped 1 members" in str(w.message) for w in caught)
+        assert any("skipped 1 member of" in str(w.message) for w in caught)

@@ -176,6 +176,7 @@ def test_loader_reads_regions_every_image_once_in_a_new_order_each_epoch(tmp_pat
                 assert sorted(seen) == list(range(60))
                 assert sum(sizes) == 60 and sizes.count(8) >= 7
                 assert loader.stats.skipped == {"not_image": 60}  # counted once, not per reader
+                assert (loader.stats.readers, loader.stats.regions) == (readers, len(parts))
                 orders.append(seen)
             assert orders[0] != orders[1]
             runs.append(orders)
@@ -187,6 +188,7 @@ def test_regions_off_reads_the_archive_as_one_stream(tmp_path):
     with numbered_loader(path, workers=2, options=Options(regions=False)) as loader:
         assert len(loader._parts()) == 1
         seen, _ = epoch_ids(loader)
+        assert (loader.stats.readers, loader.stats.regions) == (1, 0)
     assert sorted(seen) == list(range(60))
 
 

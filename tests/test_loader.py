@@ -11,6 +11,7 @@ import torch
 from conftest import (assert_labels_match_pixels, class_level, labeled_files, photo, solid,
                       write_archive)
 from imageloader import ImageLoader, Normalize, Options
+from imageloader import loader as loader_module
 from imageloader.errors import ArchiveError, UnknownLabelError
 
 
@@ -106,8 +107,16 @@ def test_skipped_images_are_counted_replaced_and_warned(tmp_path):
             assert_labels_match_pixels(images, labels)
 
 
+def test_one_skipped_member_is_one_member(tmp_path):
+    path = write_archive(tmp_path / "a.tgz", labeled_files(2, 2) + [("t/c00/n.txt", b"x")])
+    with raw_loader(path, batch_size=4, workers=0) as loader:
+        with pytest.warns(UserWarning, match=r"epoch 0: skipped 1 member of .*a.tgz: "
+                                             r"\{'not_image': 1\}"):
+            collect(loader)
+
+
 def test_on_error_raise_names_member(tmp_path):
-    path = write_archive(tmp_path / "a.tgz", labeled_files(1, 2) + [("t/c00/z.jpg", b"junk")])
+    path = write_archive(tmp_path / "a.tgz", labeled_files(2, 2) + [("t/c00/z.jpg", b"junk")])
     for workers in (0, 1):
         loader = raw_loader(path, batch_size=8, workers=workers,
                             options=Options(on_error="raise"))
@@ -224,6 +233,8 @@ def test_repr_and_invalid_arguments(labeled_archive):
         ImageLoader(labeled_archive, batch_size=0)
     with pytest.raises(ValueError):
         ImageLoader(labeled_archive, options=Options(on_error="ignore"))
+    with pytest.raises(ValueError, match="workers must be >= 0 .* got -1"):
+        ImageLoader(labeled_archive, workers=-1)
     loader = raw_loader(labeled_archive)
     assert "5 classes" in repr(loader)
     with warnings.catch_warnings():
@@ -275,14 +286,16 @@ def test_buffers_freed_by_late_copy_events_keep_the_workers_busy(tmp_path, monke
 
 
 @pytest.mark.parametrize("ring_bytes", [0, 4096, None])
-def test_member_bytes_through_pipes_tiny_rings_or_default_rings(tmp_path, ring_bytes):
+def test_member_bytes_through_pipes_tiny_rings_or_default_rings(tmp_path, ring_bytes,
+                                                               monkeypatch):
     """Bytes reach workers through a shared ring; members too large for it travel inline,
     and a ring smaller than a batch makes the reader wait for the worker, not corrupt it."""
+    monkeypatch.setattr(loader_module, "RING_BYTES", ring_bytes)
     files = labeled_files(3, 8, size=(30, 20)) + [("t/c00/big.png", photo(1, (120, 90), "PNG"))]
     path = write_archive(tmp_path / "a.tgz", files)
     vocab = ["c00", "c01", "c02"]
     with raw_loader(path, batch_size=5, workers=2, vocab=vocab,
-                    options=Options(ring_bytes=ring_bytes, timeout=20)) as loader:
+                    options=Options(timeout=20)) as loader:
         for _ in range(2):
             images, labels, _ = collect(loader)
             assert len(labels) == 25
@@ -316,10 +329,12 @@ def test_readers_split_one_archive_by_image(tmp_path, readers):
         assert torch.equal(runs[0][epoch], runs[1][epoch])
 
 
-def test_worker_nice_lowers_the_priority_of_every_child(labeled_archive):
+def test_nice_lowers_the_priority_of_every_child(labeled_archive, monkeypatch):
+    """As GPU decoding's readers and packers are niced (GPU_DECODE_NICE), here on the CPU."""
+    monkeypatch.setattr(loader_module, "CPU_DECODE_NICE", 7)
     own = os.getpriority(os.PRIO_PROCESS, 0)
     with ImageLoader(labeled_archive, batch_size=4, size=16, workers=2, device="cpu",
-                     options=Options(worker_nice=7, readers=2)) as loader:
+                     options=Options(readers=2)) as loader:
         assert sum(len(labels) for _, labels in loader) > 0
         pids = [proc.pid for proc in loader._workers._procs]
         assert len(pids) == 4  # two readers, two decoders

@@ -264,19 +264,6 @@ def test_not_an_archive(tmp_path):
     assert "photo.tgz" in str(info.value)
 
 
-def test_summary_command_lists_counts_and_bad_members(tmp_path, capsys):
-    from imageloader import summary
-    files = labeled_files(2, 3) + [("t/c00/broken.jpg", b"nope"), ("t/c01/n.txt", b"x")]
-    path = write_archive(tmp_path / "a.tgz", files)
-    assert summary.main(summary.get_args_parser().parse_args([path, "--decode"])) == 0
-    out = capsys.readouterr().out
-    assert "7 images in 2 classes" in out and "broken.jpg" in out and "not_image" in out
-    blob = bytearray(open(path, "rb").read())
-    blob[-8] ^= 1
-    (tmp_path / "bad.tgz").write_bytes(bytes(blob))
-    assert summary.main(summary.get_args_parser().parse_args([str(tmp_path / "bad.tgz")])) == 1
-
-
 # --------------------------------------------------------------------------------------------
 # The block walker against tarfile: every format, every header kind, written by other tools
 
@@ -374,3 +361,14 @@ def test_damage_far_into_a_big_archive_names_the_member_that_holds_it(tmp_path):
         # takes 100,352 bytes + a 512-byte header. Allow the member before (inflaters buffer).
         holder = cut // (100_352 + 512)
         assert holder - 2 <= info.value.index <= holder + 1, (inflate, str(info.value))
+
+
+def test_a_folder_as_the_source_says_pass_an_archive_and_how_to_make_one(tmp_path):
+    (tmp_path / "photos" / "cat").mkdir(parents=True)
+    folder = str(tmp_path / "photos")
+    with pytest.raises(IsADirectoryError) as info:
+        expand_sources(folder)
+    message = str(info.value)
+    assert message.startswith(f"{folder!r} is a folder: pass an archive (.tgz, .tar.gz, .tar)")
+    assert f"python -m imageloader pack {folder} {folder}.tgz" in message
+

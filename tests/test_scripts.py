@@ -1,6 +1,6 @@
-"""Tests for the dataset scripts in scripts/ (make_archive, make_imagenet_like, make_digits).
+"""scripts/bench/: the data generators (make_imagenet_like, make_digits) and bench_inflate.
 
-scripts/ is not a package, so each script is loaded from its file; every test
+scripts/bench/ is not a package, so each script is loaded from its file; every test
 calls the script's main() in-process on tiny inputs.
 """
 
@@ -19,14 +19,14 @@ import pytest
 from PIL import Image
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS_DIR = REPO_ROOT / "scripts"
+SCRIPTS_DIR = REPO_ROOT / "scripts" / "bench"
 DATA_DIR = REPO_ROOT / "data"
 
 
 def load_script(name, monkeypatch):
-    """Import scripts/<name>.py as module <name>.
+    """Import scripts/bench/<name>.py as module <name>.
 
-    It is registered in sys.modules and scripts/ is put on sys.path so that
+    It is registered in sys.modules and scripts/bench/ is put on sys.path so that
     multiprocessing workers can find its functions by name, whatever the start method.
     """
     monkeypatch.syspath_prepend(str(SCRIPTS_DIR))
@@ -50,84 +50,6 @@ def read_members(path):
 
 def gzip_header_mtime(path):
     return int.from_bytes(Path(path).read_bytes()[4:8], "little")
-
-
-# --- make_archive ------------------------------------------------------------
-
-
-@pytest.fixture
-def make_archive(monkeypatch):
-    return load_script("make_archive", monkeypatch)
-
-
-def write_png(path, value):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.new("L", (4, 4), value).save(path)
-
-
-@pytest.fixture
-def class_folder(tmp_path):
-    """photos/train/<class>/<i>.png: 3 classes x 5 images, plus hidden entries to be skipped."""
-    root = tmp_path / "photos" / "train"
-    for class_index, class_name in enumerate(["cat", "dog", "fox"]):
-        for i in range(5):
-            write_png(root / class_name / f"{i}.png", 40 * class_index + i)
-    write_png(root / "cat" / ".hidden.png", 0)
-    write_png(root / ".thumbnails" / "cat" / "0.png", 0)
-    return root
-
-
-def expected_class_members():
-    return sorted(f"train/{c}/{i}.png" for c in ["cat", "dog", "fox"] for i in range(5))
-
-
-def test_make_archive_single_archive_has_sorted_prefixed_members(make_archive, class_folder, tmp_path):
-    out = tmp_path / "out" / "train.tgz"
-    paths = make_archive.main(script_args(make_archive, class_folder, out))
-
-    assert paths == [str(out)]
-    with tarfile.open(out, "r:gz") as tar:
-        infos = tar.getmembers()
-    assert [m.name for m in infos] == expected_class_members()
-    assert all(m.isfile() and m.mtime == 0 and m.uid == 0 and m.gid == 0 and m.mode == 0o644 for m in infos)
-    assert gzip_header_mtime(out) == 0
-    # Content survives the round trip.
-    assert read_members(out)["train/dog/3.png"] == (class_folder / "dog" / "3.png").read_bytes()
-
-
-def test_make_archive_shards_partition_the_files_exactly_once(make_archive, class_folder, tmp_path):
-    out = tmp_path / "shards" / "train.tgz"
-    paths = make_archive.main(script_args(make_archive, class_folder, out, "--shards", 4, "--shuffle-seed", 1))
-
-    assert [Path(p).name for p in paths] == [f"train-{k:05d}-of-00004.tgz" for k in range(4)]
-    names_per_shard = [list(read_members(p)) for p in paths]
-    all_names = [name for names in names_per_shard for name in names]
-    assert sorted(all_names) == expected_class_members()  # no file lost, none repeated
-    assert sorted(len(names) for names in names_per_shard) == [3, 4, 4, 4]
-    assert all_names != expected_class_members()  # the seed shuffled the order
-
-
-def test_make_archive_is_byte_reproducible(make_archive, class_folder, tmp_path):
-    first = make_archive.main(script_args(make_archive, class_folder, tmp_path / "a" / "x.tgz", "--shards", 2))
-    # A different output name too: the name must not leak into the gzip header.
-    second = make_archive.main(script_args(make_archive, class_folder, tmp_path / "b" / "y.tgz", "--shards", 2))
-    for a, b in zip(first, second):
-        assert Path(a).read_bytes() == Path(b).read_bytes()
-
-
-def test_make_archive_split_layout_keeps_split_folders(make_archive, tmp_path):
-    root = tmp_path / "dataset"
-    for split in ["train", "val"]:
-        write_png(root / split / "cat" / "0.png", 1)
-    out = tmp_path / "all.tgz"
-    make_archive.main(script_args(make_archive, root, out))
-    assert sorted(read_members(out)) == ["train/cat/0.png", "val/cat/0.png"]
-
-
-def test_make_archive_explicit_prefix(make_archive, class_folder, tmp_path):
-    out = tmp_path / "p.tgz"
-    make_archive.main(script_args(make_archive, class_folder, out, "--prefix", "imagenet/train"))
-    assert sorted(read_members(out)) == ["imagenet/" + name for name in expected_class_members()]
 
 
 # --- make_imagenet_like --------------------------------------------------------

@@ -1,4 +1,4 @@
-"""scripts/plot_timeline.py on a synthetic chrome trace, and scripts/bench_h2d.py's command line.
+"""scripts/bench/: plot_timeline.py on a synthetic chrome trace, and bench_h2d.py's flags.
 
 The trace is built by hand in the format libkineto writes (complete events, "ph": "X", cat
 kernel / gpu_memcpy / gpu_memset, ts/dur in us, args.device / args.stream), so the overlap it
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts" / "bench"
 
 
 def load(name: str):

@@ -40,9 +40,15 @@ def test_defaults_point_at_bundled_data(script) -> None:
     assert script.get_args_parser().format_help()
 
 
-def test_train_resume_evaluate(script, tmp_path: Path) -> None:
+def test_train_resume_evaluate(script, tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
-    first = run(script, "--epochs", "2", "--workers", "0", "--out-dir", str(out))
+    first = run(script, "--epochs", "2", "--workers", "0", "--out-dir", str(out),
+                "--print-every", "20")
+    # Not a terminal (captured): no progress bar, a greppable line every 20 steps instead.
+    printed = capsys.readouterr().out
+    progress = [line for line in printed.splitlines() if " step " in line]
+    assert [line.split(" loss ")[0] for line in progress] == [
+        f"epoch {e} step {s}/40" for e in (0, 1) for s in (20, 40)], printed
     assert first["val_top1"] > CHANCE_PLUS, first
     assert first["val_top5"] >= first["val_top1"]
     assert json.loads((out / "args.json").read_text())["epochs"] == 2

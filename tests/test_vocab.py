@@ -6,6 +6,7 @@ import io
 import json
 import os
 import tarfile
+import warnings
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,39 @@ def test_no_images_says_what_was_skipped_and_what_layout_is_read(tmp_path):
         assert f"no images found in {path} (skipped no_class_folder: 2, macos_metadata: 1, " \
                f"not_image: 1); {empty} (no members)" in message, (attempt, message)
         assert "<split>/<class>/<file> or <class>/<file>" in message and ".jpg" in message
+        assert "2 images lie at the top level, outside any class folder" in message
+        assert "python -m imageloader pack FOLDER OUT.tgz" in message
+
+
+def test_images_in_a_split_folder_without_class_folders_are_refused(tmp_path):
+    """train/x.jpg would train a one-class model named "train"."""
+    path = write_archive(tmp_path / "t.tgz", [(f"train/{i}.jpg", solid(i)) for i in range(3)])
+    with pytest.raises(ValueError) as info:
+        ImageLoader(path, batch_size=2, device="cpu", workers=0)
+    message = str(info.value)
+    assert message.startswith(f"{path}: the only class found is 'train', a split folder "
+                              f"holding 3 images directly")
+    assert "(train/<class>/<file>)" in message and "python -m imageloader pack" in message
+
+
+def test_one_class_is_a_warning_naming_the_archive_and_class(tmp_path):
+    path = write_archive(tmp_path / "cats.tgz", labeled_files(1, 2))
+    with pytest.warns(UserWarning, match=r"cats.tgz: one class found \('c00', 2 images\)"):
+        Vocabulary.from_archives(path)
+    with pytest.warns(UserWarning, match="one class found"):  # from the sidecar too
+        ImageLoader(path, batch_size=2, device="cpu", workers=0).close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Vocabulary.from_archives(write_archive(tmp_path / "two.tgz", labeled_files(2, 1)))
+
+
+def test_a_split_folder_met_as_an_unknown_class_is_named_so(tmp_path):
+    val = write_archive(tmp_path / "val.tgz", [("val/0.jpg", solid(1))])
+    with ImageLoader(val, batch_size=2, device="cpu", workers=0, vocab=["cat", "dog"],
+                     train=False) as loader:
+        with pytest.raises(UnknownLabelError, match="'val' looks like a split folder holding "
+                                                    "images directly"):
+            list(loader)
 
 
 def _encoded_archive(path, files, encoding: str, fmt: int) -> str:

@@ -1,0 +1,182 @@
+"""Archive writing: a folder of labeled images -> reproducible .tgz archives the loader reads.
+
+    python -m imageloader pack photos/train train.tgz                  # train/<class>/<file>
+    python -m imageloader pack photos/train train.tgz --shards 8 --shuffle-seed 0
+
+Accepted folders:
+
+    SRC/<class>/<file>           members: <prefix>/<class>/<file>  (prefix: SRC's folder name)
+    SRC/<split>/<class>/<file>   members: <split>/<class>/<file>   (prefix: none)
+
+so packing `photos/train` gives the ImageNet layout `train/<class>/<file>`. Only regular image
+files are added (symlinks to files are followed); hidden files and folders (names starting with
+'.') and files that are not images are left out, the latter with a warning. Archives are
+byte-reproducible: fixed mtime, owner and mode in every tar header, mtime 0 and no file name in
+the gzip header. With `shards=N` the members are cut into N contiguous, near-equal archives
+`<out>-00000-of-0000N.tgz` ...; a shuffle seed makes each shard mix all classes.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import logging
+import os
+import random
+import tarfile
+from typing import Iterable
+
+from .read import IMAGE_EXTENSIONS
+
+log = logging.getLogger(__name__)
+FIXED_MTIME = 0  # so that the bytes do not depend on when, or from what checkout, they were made
+TGZ_SUFFIXES = (".tar.gz", ".tgz")
+LAYOUT = "SRC/<class>/<file> or SRC/<split>/<class>/<file>"
+
+
+def reproducible_tarinfo(name: str, size: int) -> tarfile.TarInfo:
+    """A TarInfo whose metadata is the same on every machine and every run."""
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = FIXED_MTIME
+    info.mode = 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def write_reproducible_tgz(path: str | os.PathLike, members: Iterable[tuple[str, bytes]],
+                           compresslevel: int = 9) -> int:
+    """Write (name, bytes) members in the given order; returns the payload bytes."""
+    payload = 0
+    with open(path, "wb") as raw:
+        # gzip stores a timestamp (and optionally a file name) in its header; pin both.
+        with gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0,
+                           compresslevel=compresslevel) as gz:
+            with tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+                for name, data in members:
+                    tar.addfile(reproducible_tarinfo(name, len(data)), io.BytesIO(data))
+                    payload += len(data)
+    return payload
+
+
+def list_files(src: str | os.PathLike) -> list[str]:
+    """Relative POSIX paths of the non-hidden regular files under src, sorted."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(src):
+        # Pruned in place: os.walk then skips hidden folders (.git, .ipynb_checkpoints, ...).
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        for filename in filenames:
+            full = os.path.join(dirpath, filename)
+            if not filename.startswith(".") and os.path.isfile(full):
+                found.append(os.path.relpath(full, src).replace(os.sep, "/"))
+    return sorted(found)
+
+
+def image_files(src: str | os.PathLike) -> list[str]:
+    """The image files under src; refuses a folder that is not one of the accepted layouts."""
+    if not os.path.isdir(src):
+        raise NotADirectoryError(f"pack reads a folder laid out as {LAYOUT}; {src} is not a "
+                                 f"folder")
+    files = list_files(src)
+    images = [p for p in files if os.path.splitext(p)[1].lower() in IMAGE_EXTENSIONS]
+    others = [p for p in files if os.path.splitext(p)[1].lower() not in IMAGE_EXTENSIONS]
+    if others:
+        what = "1 file that is not an image" if len(others) == 1 else \
+            f"{len(others)} files that are not images"
+        log.warning("pack %s: left out %s (e.g. %s)", src, what, others[0])
+    loose = [p for p in images if "/" not in p]
+    if loose:
+        raise ValueError(f"pack {src}: {len(loose)} of {len(images)} images "
+                         f"{'lies' if len(loose) == 1 else 'lie'} directly in the folder (e.g. "
+                         f"{loose[0]}), not in a class folder; the class of an image is its "
+                         f"parent folder: lay the folder out as {LAYOUT}")
+    if not images:
+        raise ValueError(f"pack {src}: no images found (extensions "
+                         f"{' '.join(sorted(IMAGE_EXTENSIONS))}); expected {LAYOUT}")
+    return images
+
+
+def default_prefix(src: str | os.PathLike, relative_paths: list[str]) -> str:
+    """src's name for a <class>/<file> folder; nothing when src already holds <split>/ folders."""
+    if {path.count("/") for path in relative_paths} == {2}:
+        return ""
+    return os.path.basename(os.path.normpath(os.path.abspath(src)))
+
+
+def member_name(prefix: str, relative_path: str) -> str:
+    prefix = prefix.strip("/")
+    return f"{prefix}/{relative_path}" if prefix else relative_path
+
+
+def order_members(relative_paths: list[str], shuffle_seed: int | None) -> list[str]:
+    ordered = sorted(relative_paths)
+    if shuffle_seed is not None:
+        # A private Random: the order depends on the seed alone, not on global state.
+        random.Random(shuffle_seed).shuffle(ordered)
+    return ordered
+
+
+def split_into_shards(items: list, shards: int) -> list[list]:
+    """Contiguous, near-equal parts (sizes differ by at most one) covering items exactly once."""
+    return [items[len(items) * k // shards: len(items) * (k + 1) // shards]
+            for k in range(shards)]
+
+
+def shard_paths(out: str, shards: int) -> list[str]:
+    if shards == 1:
+        return [out if out.endswith(TGZ_SUFFIXES) else out + ".tgz"]
+    stem = next((out[:-len(s)] for s in TGZ_SUFFIXES if out.endswith(s)), out)
+    return [f"{stem}-{k:05d}-of-{shards:05d}.tgz" for k in range(shards)]
+
+
+def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
+         shuffle_seed: int | None = None, prefix: str | None = None,
+         compresslevel: int = 6) -> list[str]:
+    """Write the images under `src` into `shards` .tgz archives; returns their paths.
+
+    `prefix` is put before every member's path ('' for none; None: src's folder name for a
+    <class>/<file> folder, none for <split>/<class>/<file>)."""
+    if shards < 1:
+        raise ValueError(f"shards must be >= 1, got {shards}")
+    relative_paths = image_files(src)
+    if len(relative_paths) < shards:
+        raise ValueError(f"pack {src}: {len(relative_paths)} images, fewer than {shards} shards")
+    prefix = default_prefix(src, relative_paths) if prefix is None else prefix
+    paths = shard_paths(os.fspath(out), shards)
+    os.makedirs(os.path.dirname(paths[0]) or ".", exist_ok=True)
+    members = order_members(relative_paths, shuffle_seed)
+    for path, part in zip(paths, split_into_shards(members, shards)):
+        payload = write_reproducible_tgz(path, _read_files(src, prefix, part), compresslevel)
+        log.info("%s: %d images, %d payload bytes, %d bytes", path, len(part), payload,
+                 os.path.getsize(path))
+    return paths
+
+
+def _read_files(src, prefix: str, relative_paths: list[str]):
+    for relative_path in relative_paths:
+        with open(os.path.join(src, relative_path), "rb") as f:
+            yield member_name(prefix, relative_path), f.read()
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m imageloader pack", description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("src", help="folder holding <class>/<file> or <split>/<class>/<file>")
+    parser.add_argument("out", help="output .tgz; with --shards N, the stem of the shard names")
+    parser.add_argument("--shards", type=int, default=1, help="archives to split the images into")
+    parser.add_argument("--shuffle-seed", type=int, default=None,
+                        help="shuffle the members with this seed (so that every shard mixes "
+                             "classes); None keeps sorted order")
+    parser.add_argument("--prefix", default=None,
+                        help="path before every member, '' for none; None: SRC's folder name "
+                             "for <class>/<file>, none for <split>/<class>/<file>")
+    parser.add_argument("--compresslevel", type=int, default=6, help="gzip level, 0-9")
+    return parser
+
+
+def main(args: argparse.Namespace) -> list[str]:
+    """The command: each archive written is logged (INFO) as `PATH: N images, ... bytes`."""
+    return pack(args.src, args.out, shards=args.shards, shuffle_seed=args.shuffle_seed,
+                prefix=args.prefix, compresslevel=args.compresslevel)

@@ -1,0 +1,594 @@
+"""Benchmark: our loader against the data-on-GPU ceiling and peer recipes, in ONE run.
+
+    python scripts/bench/bench.py --out bench-out/results.json --plot bench-out/bench.png
+
+Builds (or takes) an ImageNet-like archive of photo-like JPEGs (scripts/bench/make_imagenet_like.py),
+then measures, each after warm-up and with torch.cuda.synchronize() around the timed region:
+- ceiling: the training step with a uint8 batch already on the GPU (normalized each step);
+- ours: ImageLoader on the ONE .tgz, training, for each --prefetch value; data-wait and the
+  exposed copy time per batch (CUDA events from the consumer's wait to the batch being usable);
+- loader alone (no training), and the single-process decode rate (for workers x rate);
+- peers on the same images: torch DataLoader over the archive split into shards with N workers
+  and pin_memory (a hand-made shard recipe), WebDataset and timm's PrefetchLoader if installed.
+Results go to a JSON file with device, cores and versions, and optionally a PNG chart.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import io
+import json
+import os
+import platform
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts" / "bench"))  # bench_reader, also when imported from elsewhere
+
+from imageloader import ImageLoader, Normalize, configure_cuda_queues  # noqa: E402
+from imageloader.decode import Augment, Decoder  # noqa: E402
+from imageloader.loader import default_workers  # noqa: E402
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--archive", default="bench-data/imagenet-like.tgz",
+                   help="one .tgz; built with make_imagenet_like.py if missing")
+    p.add_argument("--images", type=int, default=16000, help="images when building")
+    p.add_argument("--classes", type=int, default=100, help="classes when building")
+    p.add_argument("--shards", type=int, default=16, help="shards for the peer recipes")
+    p.add_argument("--sizes", choices=("fixed", "photos"), default="fixed",
+                   help="when building: ImageNet-like 500x375 images, or varied photos "
+                        "(make_imagenet_like.py --sizes)")
+    p.add_argument("--gpu-decoder", default="auto",
+                   help="Options.gpu_decoder for ours with decode=cuda")
+    p.add_argument("--models", default="resnet50", help="comma-separated torchvision models")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--steps", type=int, default=60, help="timed steps per recipe")
+    p.add_argument("--warmup", type=int, default=40,
+                   help="untimed steps first: more than any loader buffers (ours with CPU "
+                        "decode holds prefetch + 2 + workers batches, a DataLoader workers x 2), "
+                        "or the timed window is partly served from before the timer")
+    p.add_argument("--max-seconds", type=float, default=45.0, help="cap on a timed region")
+    p.add_argument("--workers", type=int, default=None, help="decode workers (default: cores-1)")
+    p.add_argument("--prefetch", default="2", help="comma-separated prefetch depths for ours")
+    p.add_argument("--decode", default="cpu,cuda", help="comma-separated decode modes for ours")
+    p.add_argument("--recipes", default="ceiling,ours,loader,loader-one-stream,decode,reader,"
+                   "peer-shards,wds-shards,wds-one,timm-shards", help="which recipes to run")
+    p.add_argument("--verbose", action="store_true", help="the loader's INFO log on stderr")
+    p.add_argument("--decode-images", type=int, default=400, help="images for the decode rate")
+    p.add_argument("--out", default="bench-out/results.json")
+    p.add_argument("--plot", default=None, help="PNG chart path (needs matplotlib)")
+    p.add_argument("--trace", default=None, help="write a profiler trace of ours here")
+    return p
+
+
+# ---- data ----------------------------------------------------------------------------------
+
+
+def ensure_archive(args) -> tuple[str, list[str]]:
+    archive = Path(args.archive)
+    shards = sorted(archive.parent.glob(archive.stem + "-shard-*.tgz"))
+    if not archive.exists() or (args.shards and len(shards) != args.shards):
+        # A subprocess: the generator's multiprocessing pool must import it by path.
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, str(REPO / "scripts/bench/make_imagenet_like.py"),
+                        "--out", str(archive), "--images", str(args.images),
+                        "--classes", str(args.classes), "--shards", str(args.shards),
+                        "--sizes", args.sizes],
+                       check=True)
+        print(f"built {archive} in {time.perf_counter() - t0:.1f} s", flush=True)
+        shards = sorted(archive.parent.glob(archive.stem + "-shard-*.tgz"))
+    return str(archive), [str(s) for s in shards]
+
+
+# ---- training step -------------------------------------------------------------------------
+
+
+class Trainer:
+    """One model, bf16 autocast, channels_last, SGD: the step every recipe feeds."""
+
+    def __init__(self, arch: str, classes: int):
+        import torchvision
+        self.model = torchvision.models.get_model(arch, num_classes=classes).cuda()
+        self.model = self.model.to(memory_format=torch.channels_last)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9,
+                                   weight_decay=1e-4)
+        torch.backends.cudnn.benchmark = True
+
+    def step(self, images, labels) -> None:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(self.model(images), labels)
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+
+def timed_training(trainer, batches, args, label: str) -> dict:
+    """img/s over `steps` after `warmup`, and host time spent waiting for batches."""
+    it = iter(batches)
+    wait = 0.0
+    images_seen = 0
+    t_start = None
+    for i in range(args.warmup + args.steps):
+        t0 = time.perf_counter()
+        images, labels = next(it)
+        if t_start is not None:
+            wait += time.perf_counter() - t0
+            images_seen += len(labels)
+        trainer.step(images, labels)
+        if i == args.warmup - 1:
+            torch.cuda.synchronize()  # the timed region starts with an idle GPU
+            t_start = time.perf_counter()
+        if t_start is not None and time.perf_counter() - t_start > args.max_seconds:
+            break
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t_start
+    result = {"recipe": label, "img_per_s": images_seen / seconds, "seconds": seconds,
+              "images": images_seen, "data_wait_pct": 100 * wait / seconds}
+    print(f"{label:32s} {result['img_per_s']:9.0f} img/s  data-wait "
+          f"{result['data_wait_pct']:5.1f}%", flush=True)
+    return result
+
+
+def forever(loader):
+    while True:
+        yield from loader
+
+
+def ceiling_batches(args, classes: int):
+    normalize = Normalize()
+    images = torch.randint(0, 256, (args.batch_size, 3, 224, 224), dtype=torch.uint8,
+                           device="cuda").contiguous(memory_format=torch.channels_last)
+    labels = torch.randint(0, classes, (args.batch_size,), device="cuda")
+    while True:
+        yield normalize(images), labels
+
+
+# ---- our loader ----------------------------------------------------------------------------
+
+
+def our_loader(archive, args, prefetch: int, decode: str = "cpu", options=None,
+               **kw) -> ImageLoader:
+    from imageloader import Options
+    workers = args.workers if decode == "cpu" else None  # GPU decode: a few packers suffice
+    options = options or Options()
+    options = dataclasses.replace(options, gpu_decoder=args.gpu_decoder)
+    return ImageLoader(archive, batch_size=args.batch_size, train=True, size=224,
+                       device="cuda", workers=workers, prefetch=prefetch, drop_last=True,
+                       decode=decode, options=options, **kw)
+
+
+def exposed_copy_ms(loader) -> float | None:
+    """Median ms the consumer stream waited for a batch (events around its wait)."""
+    pairs = loader.prefetcher.wait_events
+    if not pairs:
+        return None
+    torch.cuda.synchronize()
+    times = sorted(a.elapsed_time(b) for a, b in pairs)
+    return times[len(times) // 2]
+
+
+def run_ours(trainer, archive, args, prefetch: int, model: str, decode: str = "cpu") -> dict:
+    with our_loader(archive, args, prefetch, decode) as loader:
+        loader.prefetcher.record_waits = True
+        label = f"ours {decode} decode, prefetch={prefetch}"
+        if args.trace and (prefetch in (0, 2) if decode == "cpu" else True):
+            kind = "" if decode == "cpu" else f"-{decode}"
+            trace_steps(trainer, loader,
+                        args.trace.replace(".json", f"{kind}-p{prefetch}-{model}.json"))
+        result = timed_training(trainer, forever(loader), args, label)
+        result["fallbacks"] = dict(loader.stats.fallbacks)
+        result["exposed_copy_ms_median"] = exposed_copy_ms(loader)
+        result["workers"] = loader.workers
+        result["inflate"] = loader.stats.inflate
+        result["decoder"] = loader.decode_name
+        result["cpu_share"] = loader.stats.cpu_share  # decode="auto": the trial's choice
+        result["share_rates"] = {str(k): v for k, v in loader.stats.share_rates.items()}
+        print(f"{'':32s} {result['decoder']}, cpu share {result['cpu_share']} "
+              f"{result['share_rates']}", flush=True)
+    return result
+
+
+def trace_steps(trainer, loader, path: str, steps: int = 6) -> None:
+    """A chrome trace of a few training steps (after warm-up): copies vs compute streams."""
+    from torch.profiler import ProfilerActivity, profile
+    it = iter(loader)
+    for _ in range(4):
+        trainer.step(*next(it))
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            trainer.step(*next(it))
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(path)
+    print(f"trace of {steps} steps written to {path}", flush=True)
+
+
+def memory_in_use() -> dict:
+    """Device memory in use on this GPU (all allocators: torch's and nvImageCodec's), and
+    resident host memory of this process and its children (psutil, if installed), in GB.
+    Shared memory that several processes map counts once per process: an upper bound."""
+    free, total = torch.cuda.mem_get_info()
+    out = {"gpu_used_gb": round((total - free) / 1e9, 2)}
+    try:
+        import psutil
+        me = psutil.Process()
+        out["host_rss_gb"] = round(sum(p.memory_info().rss for p in [me, *me.children(True)])
+                                   / 1e9, 2)
+    except Exception:  # not installed, or a child gone meanwhile
+        pass
+    return out
+
+
+def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = None) -> dict:
+    from imageloader import Options
+    options = Options(readers=readers)
+    torch.cuda.synchronize()
+    before = memory_in_use()
+    with our_loader(archive, args, prefetch=2, decode=decode, options=options) as loader:
+        # The first epoch in full (its rate includes the wait for the first batch), then the
+        # steady state: `warmup` batches of the next epochs untimed, then timed.
+        t_first, n = time.perf_counter(), 0
+        for images, labels in loader:
+            n += len(labels)
+            if n == len(labels):
+                first_batch_s = time.perf_counter() - t_first
+        torch.cuda.synchronize()
+        first_epoch = n / (time.perf_counter() - t_first)
+        it = forever(loader)
+        for _ in range(args.warmup):
+            next(it)
+        torch.cuda.synchronize()
+        t0, n = time.perf_counter(), 0
+        while time.perf_counter() - t0 < min(args.max_seconds, 20):
+            images, labels = next(it)
+            n += len(labels)
+        torch.cuda.synchronize()
+        rate = n / (time.perf_counter() - t0)
+        memory = {k: round(v - before.get(k, 0), 2) for k, v in memory_in_use().items()}
+        workers, readers, regions = loader.workers, loader.stats.readers, loader.stats.regions
+        decoder = loader.decode_name
+    name = f"ours loader alone, {decode} decode, {readers} reader(s)" + (
+        f" in {regions} regions" if regions else ", one stream")
+    print(f"{name:32s} {rate:9.0f} img/s  first epoch {first_epoch:.0f} img/s, first batch "
+          f"{first_batch_s:.2f} s  {decoder} {memory}", flush=True)
+    return {"recipe": name, "img_per_s": rate, "first_epoch_img_per_s": first_epoch,
+            "workers": workers, "readers": readers, "regions": regions,
+            "first_batch_s": first_batch_s, "decoder": decoder, "memory_gb": memory}
+
+
+def run_peer_loader_alone(shards, classes, args) -> dict:
+    """The 16-shard WebDataset recipe without training: what its loader alone delivers."""
+    import webdataset  # noqa: F401  (fails early, with a clear ImportError, if missing)
+    loader = wds_loader(shards, classes, args, args.workers or default_workers())
+    it = on_gpu(wds_tensors(loader))
+    for _ in range(args.warmup):
+        next(it)
+    torch.cuda.synchronize()
+    t0, n = time.perf_counter(), 0
+    while time.perf_counter() - t0 < min(args.max_seconds, 20):
+        n += len(next(it)[1])
+    torch.cuda.synchronize()
+    rate = n / (time.perf_counter() - t0)
+    name = f"WebDataset {len(shards)} shards loader alone"
+    print(f"{name:32s} {rate:9.0f} img/s", flush=True)
+    return {"recipe": name, "img_per_s": rate}
+
+
+def run_reader_rate(archive, args) -> dict:
+    """What the reader process does per epoch (inflate, walk the tar, label, shuffle, seed),
+    alone in this process: if it is slower than the workers decode, it is the loader's wall."""
+    from bench_reader import reader_alone
+    from imageloader.workers import ReadPlan
+    loader = ImageLoader(archive, workers=0, device="cpu")
+    plan = ReadPlan((archive,), loader.vocab.index, args.batch_size, 4096, 0)
+    rate = reader_alone(plan, min(args.max_seconds, 20))
+    print(f"{'reader alone (tasks)':32s} {rate:9.0f} img/s", flush=True)
+    return {"recipe": "reader alone", "img_per_s": rate}
+
+
+def _sample_jpegs(archive, n: int) -> list[bytes]:
+    from imageloader.read import iter_members
+    from collections import Counter
+    data = []
+    for member in iter_members(archive, skipped=Counter()):
+        data.append(member.data)
+        if len(data) == n:
+            break
+    return data
+
+
+def _decode_all(data: list[bytes], repeat: int = 1) -> float:
+    """PIL decode + RandomResizedCrop + flip of every blob; returns seconds (one process)."""
+    import numpy as np
+    decoder = Decoder(Augment.make(224, True))
+    out = np.empty(decoder.out_shape, np.uint8)
+    t0 = time.perf_counter()
+    for r in range(repeat):
+        for i, blob in enumerate(data):
+            decoder(blob, out, i + r * len(data))
+    return time.perf_counter() - t0
+
+
+_LOADED: dict = {}
+
+
+def _load_jpegs(archive, n: int, start) -> None:
+    _LOADED.update(data=_sample_jpegs(archive, n), start=start)
+
+
+def _decode_loaded(repeat: int) -> tuple[int, float]:
+    _LOADED["start"].wait(timeout=120)  # every process loaded: all decode at the same time
+    return repeat * len(_LOADED["data"]), _decode_all(_LOADED["data"], repeat)
+
+
+def run_decode_rate(archive, args) -> list[dict]:
+    """Decode rate of one process alone, and of `workers` processes decoding at once.
+
+    The second is what the cores deliver together (shared caches, memory bandwidth, SMT,
+    lower turbo clocks): the loader can approach it, never workers x the first. Each process
+    loads its JPEGs before the clock starts: only decoding is timed."""
+    import multiprocessing as mp
+    data = _sample_jpegs(archive, args.decode_images)
+    rate = len(data) / _decode_all(data)
+    print(f"{'decode, one process':32s} {rate:9.0f} img/s", flush=True)
+    workers = args.workers or default_workers()
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(workers, _load_jpegs,
+                  (archive, args.decode_images, ctx.Barrier(workers))) as pool:
+        # One task per process (each blocks at the barrier until all have one).
+        done = pool.map(_decode_loaded, [2] * workers, chunksize=1)
+        together = sum(n for n, _ in done) / max(seconds for _, seconds in done)
+    name = f"decode, {workers} processes at once"
+    print(f"{name:32s} {together:9.0f} img/s", flush=True)
+    return [{"recipe": "decode one process", "img_per_s": rate},
+            {"recipe": "decode all workers at once", "img_per_s": together, "workers": workers}]
+
+
+# ---- peers ---------------------------------------------------------------------------------
+
+
+class ShardDataset(torch.utils.data.IterableDataset):
+    """The hand-made recipe: each DataLoader worker streams its own shards with tarfile + PIL."""
+
+    def __init__(self, shards, classes):
+        self.shards, self.classes = shards, {c: i for i, c in enumerate(classes)}
+
+    def __iter__(self):
+        from PIL import Image
+        from torchvision.transforms import v2
+        info = torch.utils.data.get_worker_info()
+        mine = self.shards[info.id::info.num_workers] if info else self.shards
+        crop = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()])
+        while True:
+            for shard in mine:
+                with tarfile.open(shard, "r|gz") as tar:
+                    for m in tar:
+                        if not m.isfile():
+                            continue
+                        img = Image.open(io.BytesIO(tar.extractfile(m).read()))
+                        img.draft("RGB", (320, 320))
+                        img = crop(img.convert("RGB"))
+                        pixels = torch.from_numpy(__import__("numpy").asarray(img).copy())
+                        yield pixels.permute(2, 0, 1), self.classes[m.name.split("/")[-2]]
+
+
+def peer_loader(shards, classes, args):
+    dataset = ShardDataset(shards, classes)
+    workers = args.workers or default_workers()
+    return torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, num_workers=workers,
+                                       pin_memory=True, persistent_workers=True, prefetch_factor=4)
+
+
+def on_gpu(batches):
+    normalize = Normalize()
+    for images, labels in batches:
+        yield normalize(images.cuda(non_blocking=True)), labels.cuda(non_blocking=True)
+
+
+def wds_loader(urls, classes, args, workers):
+    import webdataset as wds
+    from torchvision.transforms import v2
+    index = {c: i for i, c in enumerate(classes)}
+    crop = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(),
+                       v2.PILToTensor()])
+
+    def label_of(sample):
+        return index[sample["__key__"].split("/")[-2]]
+
+    def image_of(sample):
+        from PIL import Image
+        ext = next(k for k in sample if k.lower() in ("jpeg", "jpg"))
+        img = Image.open(io.BytesIO(sample[ext]))
+        img.draft("RGB", (320, 320))
+        return crop(img.convert("RGB"))
+
+    dataset = (wds.WebDataset(urls, shardshuffle=False, nodesplitter=None, empty_check=False)
+               .map(lambda s: (image_of(s), label_of(s))).batched(args.batch_size).repeat())
+    return wds.WebLoader(dataset, batch_size=None, num_workers=workers, pin_memory=True,
+                         persistent_workers=workers > 0)
+
+
+def wds_tensors(batches):
+    for images, labels in batches:
+        yield (torch.stack(images) if isinstance(images, list) else images,
+               torch.as_tensor(labels))
+
+
+def run_peer(trainer, name, batches, args) -> dict:
+    try:
+        return timed_training(trainer, batches, args, name)
+    except Exception as error:  # a peer that cannot run is reported, not fatal
+        print(f"{name}: skipped ({type(error).__name__}: {error})", flush=True)
+        return {"recipe": name, "error": f"{type(error).__name__}: {error}"}
+
+
+# ---- reporting -----------------------------------------------------------------------------
+
+
+def environment() -> dict:
+    props = torch.cuda.get_device_properties(0)
+    return {"device": props.name, "gpu_memory_gib": round(props.total_memory / 2**30, 1),
+            "cores": len(os.sched_getaffinity(0)), "host_cores": os.cpu_count(),
+            "torch": torch.__version__,
+            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M"),
+            # imageloader sets it to 32 at import when unset (its __init__ says why)
+            "cuda_device_max_connections":
+                os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "8 (default)")}
+
+
+def save(results: dict, path: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(results, f, indent=1)
+
+
+def plot(results: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    for model, rows in results["models"].items():
+        runs = [r for r in rows if "img_per_s" in r and r["recipe"] != "ceiling"]
+        ceiling = next((r["img_per_s"] for r in rows if r["recipe"] == "ceiling"), None)
+        fig, ax = plt.subplots(figsize=(9, 0.45 * len(runs) + 1.6))
+        names = [r["recipe"] for r in runs]
+        values = [r["img_per_s"] for r in runs]
+        colors = ["tab:blue" if n.startswith("ours") else "tab:gray" for n in names]
+        ax.barh(names, values, color=colors)
+        if ceiling:
+            ax.axvline(ceiling, color="tab:red", linestyle="--",
+                       label=f"data on GPU: {ceiling:,.0f} img/s")
+            ax.legend(loc="lower right")
+        for y, v in enumerate(values):
+            pct = f" ({100 * v / ceiling:.0f}%)" if ceiling else ""
+            ax.text(v, y, f" {v:,.0f}{pct}", va="center", fontsize=8)
+        env = results["environment"]
+        ax.set_xlabel("images / s")
+        ax.set_title(f"{model} training from one .tgz — {env['device']}, {env['cores']} cores, "
+                     f"torch {env['torch']}, {env['date']}", fontsize=9)
+        ax.invert_yaxis()
+        fig.tight_layout()
+        target = path if len(results["models"]) == 1 else path.replace(".png", f"-{model}.png")
+        fig.savefig(target, dpi=110)
+        plt.close(fig)
+
+
+def main(args) -> dict:
+    if not torch.cuda.is_available():
+        print("bench.py needs a CUDA device")
+        return {}
+    if args.verbose:
+        import logging
+        logging.basicConfig(format="%(name)s: %(message)s")
+        logging.getLogger("imageloader").setLevel(logging.INFO)
+    archive, shards = ensure_archive(args)
+    recipes = set(args.recipes.split(","))
+    results = {"environment": environment(), "args": vars(args), "models": {}, "loader": []}
+    # The first loader of an archive scans it (vocabulary, regions, seek index) and, for a
+    # .tgz, writes its plain copy from the same inflate: the one pass that pays gzip.
+    t0 = time.perf_counter()
+    first = ImageLoader(archive, workers=0, device="cpu")
+    scan_s = time.perf_counter() - t0
+    classes, images = first.vocab.classes, first.images_per_epoch()
+    results["scan"] = {"seconds": round(scan_s, 2), "img_per_s": round(images / scan_s),
+                       "images": images}
+    print(f"{'first loader (scan, plain copy)':32s} {images / scan_s:9.0f} img/s  "
+          f"{scan_s:.1f} s", flush=True)
+    if "decode" in recipes:
+        results["loader"].extend(run_decode_rate(archive, args))
+    if "reader" in recipes:
+        results["loader"].append(run_reader_rate(archive, args))
+    if "loader" in recipes:
+        for decode in args.decode.split(","):
+            # The default (readers in regions of the archive) against one reader of one stream.
+            results["loader"].append(run_loader_alone(archive, args, decode))
+            if "loader-one-stream" in recipes:
+                results["loader"].append(run_loader_alone(archive, args, decode, readers=1))
+        if shards and importlib.util.find_spec("webdataset"):
+            results["loader"].append(run_peer_loader_alone(shards, classes, args))
+    save(results, args.out)
+    for model in filter(None, args.models.split(",")):  # --models "": loader rows only
+        rows = results["models"][model] = []
+        trainer = Trainer(model, len(classes))
+        if "ceiling" in recipes:
+            rows.append(timed_training(trainer, ceiling_batches(args, len(classes)), args,
+                                       "ceiling"))
+            rows[-1]["recipe"] = "ceiling"
+        if "ours" in recipes:
+            for depth in map(int, args.prefetch.split(",")) if "cpu" in args.decode else ():
+                rows.append(run_ours(trainer, archive, args, depth, model))
+                save(results, args.out)
+            for decode in [d for d in args.decode.split(",") if d != "cpu"]:
+                rows.append(run_ours(trainer, archive, args, 2, model, decode))
+                save(results, args.out)
+        import gc
+        gc.collect()  # nothing of ours may be collected inside a forked DataLoader worker
+        if shards and "peer-shards" in recipes:
+            loader = peer_loader(shards, classes, args)
+            rows.append(run_peer(trainer, f"DataLoader {len(shards)} shards", on_gpu(loader),
+                                 args))
+            del loader
+        if shards and "timm-shards" in recipes and importlib.util.find_spec("timm"):
+            rows.append(run_peer(trainer, f"timm PrefetchLoader {len(shards)} shards",
+                                 timm_batches(shards, classes, args), args))
+        if "wds-shards" in recipes and importlib.util.find_spec("webdataset") and shards:
+            loader = wds_loader(shards, classes, args, args.workers or default_workers())
+            rows.append(run_peer(trainer, f"WebDataset {len(shards)} shards",
+                                 on_gpu(wds_tensors(loader)), args))
+            del loader
+        if "wds-one" in recipes and importlib.util.find_spec("webdataset"):
+            loader = wds_loader([archive], classes, args, 1)
+            rows.append(run_peer(trainer, "WebDataset one .tgz", on_gpu(wds_tensors(loader)),
+                                 args))
+            del loader
+        for row in rows:
+            if rows[0]["recipe"] == "ceiling" and "img_per_s" in row:
+                row["pct_of_ceiling"] = 100 * row["img_per_s"] / rows[0]["img_per_s"]
+        save(results, args.out)
+    if args.plot:
+        plot(results, args.plot)
+    print_table(results)
+    return results
+
+
+def timm_batches(shards, classes, args):
+    from timm.data.loader import PrefetchLoader
+    loader = PrefetchLoader(peer_loader(shards, classes, args), mean=(0.485, 0.456, 0.406),
+                            std=(0.229, 0.224, 0.225), channels=3, device=torch.device("cuda"))
+    for images, labels in loader:
+        yield images.contiguous(memory_format=torch.channels_last), labels
+
+
+def print_table(results: dict) -> None:
+    env = results["environment"]
+    print(f"\n{env['device']}, {env['cores']} cores, torch {env['torch']}, {env['date']}, "
+          f"CUDA_DEVICE_MAX_CONNECTIONS={env.get('cuda_device_max_connections')}")
+    for row in results["loader"]:
+        print(f"  {row['recipe']:40s} {row.get('img_per_s', 0):9.0f} img/s")
+    for model, rows in results["models"].items():
+        print(f"  {model}:")
+        for row in rows:
+            if "error" in row:
+                print(f"    {row['recipe']:38s} error: {row['error'][:60]}")
+                continue
+            pct = f"{row.get('pct_of_ceiling', 100):5.1f}%"
+            copy = row.get("exposed_copy_ms_median")
+            copy = f"  exposed copy {copy:.3f} ms" if copy is not None else ""
+            print(f"    {row['recipe']:38s} {row['img_per_s']:9.0f} img/s {pct}  "
+                  f"wait {row.get('data_wait_pct', 0):5.1f}%{copy}")
+
+
+if __name__ == "__main__":
+    configure_cuda_queues()  # before CUDA starts, as for training with GPU decoding
+    main(get_args_parser().parse_args())

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Everything the GPU host must show, in parts that each fit one device call (run from the
+# repository root):
+#   bash scripts/bench/gpu_host.sh OUT_DIR tests     # the whole suite, CUDA tests included, ~4 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR bench     # both data sets, loader and training, ~6 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR overlap   # what overlaps: trace, copies, demos, ~3 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR ranks     # on a 2-GPU host: exactly once, 1 vs 2 GPUs
+# bench builds two 32,000-image archives (ImageNet-like 500x375, and varied photos with a
+# tail of large ones: make_imagenet_like.py --sizes), measures the inflate rate per core and
+# the plain copy (bench_inflate.py), then on each archive: the loader alone (its first epoch and
+# the steady state of later ones) and ResNet-18 / ResNet-50 against their data-on-GPU rate,
+# timed after more untimed steps than an epoch holds (so the plain copy is in use and every
+# loader buffer has drained), with decode="auto" (the default) and "cpu".
+# overlap: a profiler trace of ResNet-50 steps with prefetch 0 and 2 drawn as a timeline
+# (plot_timeline.py), pinned / registered / pageable copy bandwidth (bench_h2d.py), the
+# training crops' GPU time (bench_gpu_crop.py) and the stream demos.
+# ranks: the second-GPU test and tests/test_distributed.py, every image exactly once over 2
+# ranks for 2 epochs (scripts/check_ranks.py), ResNet-50 from one .tgz on 1 GPU and on 2.
+# Optional wheels in .whl/ (nvImageCodec, rapidgzip, isal, torchcodec, webdataset) are
+# installed first. OUT_DIR receives pytest.log, or the JSON, logs and charts of the part.
+set -uo pipefail
+out=${1:-bench-out}; part=${2:-bench}
+here=scripts/bench
+mkdir -p "$out"
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$PWD/.cache/site" .whl/*.whl
+  rm -f "$PWD/.cache/site/nvidia/__init__.py"  # a namespace package, shared with torch's
+  export PYTHONPATH="$PWD/.cache/site"
+fi
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c "import torch, torchvision, os; print('torch', torch.__version__, 'torchvision', torchvision.__version__, 'cores', os.cpu_count())"
+quiet='nvjpeg2k\|nvtiff\|nvTIFF\|nvJPEG2000'  # nvImageCodec's notes about codecs we do not use
+data=${BENCH_DATA:-bench-data}
+mkdir -p "$data"
+
+tests() {
+  python3 -m pytest -q -p no:cacheprovider 2>&1 | grep -v "$quiet" | tee "$out/pytest.log" | tail -30
+}
+
+bench() {
+  for kind in photos fixed; do
+    local archive="$data/$kind-32000.tgz"
+    [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes "$kind" --images 32000 \
+        --out "$archive" | tail -1
+    python3 $here/bench_inflate.py --archive "$archive" --sample-mb 600 \
+      --out "$out/inflate-$kind.json" 2>&1 | grep -v "$quiet" | tail -12
+    # 125 batches an epoch: 170 untimed steps reach into the second epoch.
+    python3 $here/bench.py --archive "$archive" --shards 0 --models resnet18,resnet50 \
+      --recipes ceiling,ours,loader --decode auto,cpu --prefetch 2 --warmup 170 --steps 60 \
+      --max-seconds 20 --out "$out/bench-$kind.json" --plot "$out/bench-$kind.png" 2>&1 \
+      | grep -v "$quiet" | tee "$out/bench-$kind.log" | tail -16
+  done
+}
+
+overlap() {
+  local archive="$data/fixed-32000.tgz" work
+  work=$(mktemp -d)
+  [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes fixed --images 32000 \
+      --out "$archive" | tail -1
+  python3 $here/bench.py --archive "$archive" --shards 0 --models resnet50 --recipes ours \
+    --decode cpu --prefetch 0,2 --warmup 10 --steps 20 --trace "$work/trace.json" \
+    --out "$out/bench-trace.json" 2>&1 | grep -v "$quiet" | tail -6
+  python3 $here/plot_timeline.py "$work/trace-p0-resnet50.json" \
+    --compare "$work/trace-p2-resnet50.json" --labels "prefetch=0" "prefetch=2" \
+    --out "$out/timeline.png" --title "ResNet-50 training steps" 2>&1 | tail -12
+  python3 $here/bench_h2d.py --out "$out/h2d.json" 2>&1 | tail -8
+  python3 $here/bench_gpu_crop.py 2>&1 | tee "$out/gpu-crop.log" | tail -6
+  python3 $here/demo_overlap_chunks.py --out "$out/overlap.json" 2>&1 | tail -6
+  python3 $here/demo_pinned_pageable.py --out "$out/pinned.json" 2>&1 | tail -6
+  python3 $here/bench_parallel.py --out "$out/parallel.json" 2>&1 | tail -6
+}
+
+ranks() {
+  local archive="$data/fixed-32000.tgz" steps=${STEPS:-80}
+  [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes fixed --images 32000 \
+      --out "$archive" | tail -1
+  python3 -m pytest -q -p no:cacheprovider \
+    tests/test_prefetch.py::test_second_gpu_creates_no_context_on_the_first \
+    tests/test_distributed.py 2>&1 | tee "$out/pytest.log" | tail -8
+  echo "== exactly once: 2 ranks, 2 epochs"
+  python3 -m torch.distributed.run --nproc-per-node=2 scripts/check_ranks.py --data "$archive" \
+    --epochs 2 --workers 15 --out "$out/ranks.jsonl"
+  local train="scripts/train_resnet.py --data $archive --val $archive --arch resnet50
+    --size 224 --batch-size 256 --epochs 1 --max-steps $steps --workers 15 --print-every 0"
+  echo "== ResNet-50, 1 GPU, cores 0-15"
+  CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 python3 $train --out-dir "$out/t1" 2>&1 | tail -4
+  echo "== ResNet-50, 2 GPUs (torchrun)"
+  python3 -m torch.distributed.run --nproc-per-node=2 $train --out-dir "$out/t2" 2>&1 | tail -6
+  cp "$out/t1/metrics.jsonl" "$out/train-1gpu.jsonl" 2>/dev/null
+  cp "$out/t2/metrics.jsonl" "$out/train-2gpu.jsonl" 2>/dev/null
+  rm -rf "$out/t1" "$out/t2"
+}
+
+case "$part" in
+  tests|bench|overlap) "$part" ;;
+  ranks) ranks 2>&1 | tee "$out/run.log" ;;
+  *) echo "unknown part '$part': tests, bench, overlap or ranks" >&2; exit 2 ;;
+esac

@@ -1,0 +1,135 @@
+"""pack.py: a folder of labeled images -> reproducible archives the loader reads."""
+import logging
+import tarfile
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from imageloader import ImageLoader
+from imageloader.pack import pack, reproducible_tarinfo
+
+
+def write_png(path, value):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("L", (4, 4), value).save(path)
+
+
+def read_members(path):
+    """{member name: bytes} of a .tgz, in archive order."""
+    with tarfile.open(path, "r:gz") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
+
+
+def gzip_header_mtime(path):
+    return int.from_bytes(Path(path).read_bytes()[4:8], "little")
+
+
+@pytest.fixture
+def class_folder(tmp_path):
+    """photos/train/<class>/<i>.png: 3 classes x 5 images, plus hidden entries to be left out."""
+    root = tmp_path / "photos" / "train"
+    for class_index, class_name in enumerate(["cat", "dog", "fox"]):
+        for i in range(5):
+            write_png(root / class_name / f"{i}.png", 40 * class_index + i)
+    write_png(root / "cat" / ".hidden.png", 0)
+    write_png(root / ".thumbnails" / "cat" / "0.png", 0)
+    return root
+
+
+def expected_class_members():
+    return sorted(f"train/{c}/{i}.png" for c in ["cat", "dog", "fox"] for i in range(5))
+
+
+def test_one_archive_has_sorted_prefixed_members_with_fixed_metadata(class_folder, tmp_path):
+    out = tmp_path / "out" / "train.tgz"
+    assert pack(class_folder, out) == [str(out)]
+    with tarfile.open(out, "r:gz") as tar:
+        infos = tar.getmembers()
+    assert [m.name for m in infos] == expected_class_members()
+    assert all(m.isfile() and m.mtime == 0 and m.uid == 0 and m.gid == 0 and m.mode == 0o644
+               for m in infos)
+    assert gzip_header_mtime(out) == 0
+    assert read_members(out)["train/dog/3.png"] == (class_folder / "dog" / "3.png").read_bytes()
+
+
+def test_the_loader_reads_a_packed_folder_with_its_classes(class_folder, tmp_path):
+    out = pack(class_folder, tmp_path / "train.tgz")[0]
+    with ImageLoader(out, batch_size=15, size=4, train=False, workers=0, device="cpu",
+                     normalize=False, options=None) as loader:
+        images, labels = next(iter(loader))
+    assert loader.vocab.classes == ("cat", "dog", "fox")
+    assert sorted(labels.tolist()) == [0] * 5 + [1] * 5 + [2] * 5
+    # Each class's images were written with gray levels 40 * class + i.
+    assert sorted(images[labels == 1][:, 0, 0, 0].tolist()) == [40, 41, 42, 43, 44]
+
+
+def test_shards_partition_the_images_exactly_once(class_folder, tmp_path):
+    paths = pack(class_folder, tmp_path / "shards" / "train.tgz", shards=4, shuffle_seed=1)
+    assert [Path(p).name for p in paths] == [f"train-{k:05d}-of-00004.tgz" for k in range(4)]
+    names_per_shard = [list(read_members(p)) for p in paths]
+    all_names = [name for names in names_per_shard for name in names]
+    assert sorted(all_names) == expected_class_members()  # no file lost, none repeated
+    assert sorted(len(names) for names in names_per_shard) == [3, 4, 4, 4]
+    assert all_names != expected_class_members()  # the seed shuffled the order
+
+
+def test_archives_are_byte_reproducible(class_folder, tmp_path):
+    first = pack(class_folder, tmp_path / "a" / "x.tgz", shards=2)
+    # Another output name too: the name must not leak into the gzip header.
+    second = pack(class_folder, tmp_path / "b" / "y.tgz", shards=2)
+    for a, b in zip(first, second):
+        assert Path(a).read_bytes() == Path(b).read_bytes()
+
+
+def test_split_layout_keeps_split_folders(tmp_path):
+    root = tmp_path / "dataset"
+    for split in ["train", "val"]:
+        write_png(root / split / "cat" / "0.png", 1)
+    out = tmp_path / "all.tgz"
+    pack(root, out)
+    assert sorted(read_members(out)) == ["train/cat/0.png", "val/cat/0.png"]
+
+
+def test_explicit_prefix(class_folder, tmp_path):
+    out = tmp_path / "p.tgz"
+    pack(class_folder, out, prefix="imagenet/train")
+    assert sorted(read_members(out)) == ["imagenet/" + name for name in expected_class_members()]
+
+
+def test_files_that_are_not_images_are_left_out_with_a_warning(class_folder, tmp_path, caplog):
+    (class_folder / "cat" / "notes.txt").write_text("not an image")
+    with caplog.at_level(logging.WARNING, logger="imageloader.pack"):
+        out = pack(class_folder, tmp_path / "t.tgz")[0]
+    assert sorted(read_members(out)) == expected_class_members()
+    assert "left out 1 file that is not an image (e.g. cat/notes.txt)" in caplog.text
+
+
+def test_images_outside_class_folders_are_refused_naming_the_layout(tmp_path):
+    root = tmp_path / "flat"
+    write_png(root / "a.png", 1)
+    write_png(root / "cat" / "b.png", 2)
+    with pytest.raises(ValueError, match=r"1 of 2 images lies directly in the folder \(e.g. "
+                                         r"a.png\).*<class>/<file>"):
+        pack(root, tmp_path / "flat.tgz")
+    assert not (tmp_path / "flat.tgz").exists()
+
+
+def test_a_folder_without_images_or_a_file_is_refused(tmp_path):
+    (tmp_path / "empty" / "cat").mkdir(parents=True)
+    with pytest.raises(ValueError, match="no images found"):
+        pack(tmp_path / "empty", tmp_path / "e.tgz")
+    write_png(tmp_path / "one.png", 1)
+    with pytest.raises(NotADirectoryError, match="is not a folder"):
+        pack(tmp_path / "one.png", tmp_path / "e.tgz")
+
+
+def test_more_shards_than_images_is_refused(class_folder, tmp_path):
+    with pytest.raises(ValueError, match="15 images, fewer than 16 shards"):
+        pack(class_folder, tmp_path / "s.tgz", shards=16)
+
+
+def test_reproducible_tarinfo_pins_the_metadata():
+    info = reproducible_tarinfo("train/cat/0.png", 7)
+    assert (info.name, info.size, info.mtime, info.mode, info.uid, info.gid, info.uname,
+            info.gname) == ("train/cat/0.png", 7, 0, 0o644, 0, 0, "", "")

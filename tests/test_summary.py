@@ -1,0 +1,43 @@
+"""summary.py: what an archive holds, each member counted once."""
+from conftest import labeled_files, write_archive
+
+from imageloader import summary
+
+
+def run(capsys, *argv):
+    code = summary.main(summary.get_args_parser().parse_args([str(a) for a in argv]))
+    return code, capsys.readouterr().out
+
+
+def test_counts_classes_and_lists_bad_members(tmp_path, capsys):
+    files = labeled_files(2, 3) + [("t/c00/broken.jpg", b"nope"), ("t/c01/n.txt", b"x")]
+    path = write_archive(tmp_path / "a.tgz", files)
+    code, out = run(capsys, path, "--decode")
+    assert code == 0
+    # The undecodable member is skipped, and not also one of the images.
+    assert "6 images in 2 classes" in out
+    assert "skipped 1 x undecodable" in out and "skipped 1 x not_image" in out
+    assert "bad member 't/c00/broken.jpg': undecodable" in out
+
+
+def test_without_decode_every_image_member_counts(tmp_path, capsys):
+    files = labeled_files(2, 3) + [("t/c00/broken.jpg", b"nope")]
+    code, out = run(capsys, write_archive(tmp_path / "a.tgz", files))
+    assert code == 0 and "7 images in 2 classes" in out and "undecodable" not in out
+
+
+def test_json_counts_each_member_once(tmp_path):
+    files = labeled_files(2, 3) + [("t/c00/broken.jpg", b"nope")]
+    result = summary.summarize(write_archive(tmp_path / "a.tgz", files), decode=True)
+    assert result["classes"] == {"c00": 3, "c01": 3} and result["images"] == 6
+    assert result["skipped"] == {"undecodable": 1}
+    assert result["bad_members"] == [("t/c00/broken.jpg", "undecodable")]
+
+
+def test_a_corrupt_archive_is_an_error(tmp_path, capsys):
+    path = write_archive(tmp_path / "a.tgz", labeled_files(2, 3))
+    blob = bytearray(open(path, "rb").read())
+    blob[-8] ^= 1  # the gzip trailer's CRC
+    (tmp_path / "bad.tgz").write_bytes(bytes(blob))
+    code, out = run(capsys, tmp_path / "bad.tgz")
+    assert code == 1 and "ERROR" in out and "bad.tgz" in out
