@@ -181,8 +181,8 @@ def test_gpu_stage_geometry_matches_the_cpu_path(train, decoder):
 
 def cuda_loader(path, decode, **kw):
     kw.setdefault("normalize", False)
-    return ImageLoader(path, batch_size=8, size=32, device="cuda", decode=decode, seed=5,
-                       workers=2, **kw)
+    kw.setdefault("workers", 2)
+    return ImageLoader(path, batch_size=8, size=32, device="cuda", decode=decode, seed=5, **kw)
 
 
 @cuda
@@ -501,7 +501,7 @@ def test_drop_last_batches_stay_full_when_an_image_fails_both_decoders(tmp_path,
             return [None if len(d) == len(cut) else next(decoded) for d in datas]
         monkeypatch.setattr(jpeg, "decode", refusing)
         for _ in range(2):
-            with pytest.warns(UserWarning, match="skipped 1 members"):
+            with pytest.warns(UserWarning, match="skipped 1 member"):
                 batches = [(x.cpu(), y.cpu()) for x, y in loader]
             assert [len(y) for _, y in batches] == [8, 8]
             labels = torch.cat([y for _, y in batches])
