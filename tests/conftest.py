@@ -130,3 +130,22 @@ def numbered_files(n: int, bad=(), prefix: str = "t") -> list[tuple[str, bytes]]
 def ids(images) -> list[int]:
     """Which numbered_files member each image is, from its gray level."""
     return [round((v - 10) / 3) for v in images.float().mean(dim=(1, 2, 3)).tolist()]
+
+
+def read_members(path) -> dict:
+    """{member name: bytes} of a .tgz, in archive order."""
+    with tarfile.open(path, "r:gz") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
+
+
+def gzip_header_mtime(path) -> int:
+    with open(path, "rb") as f:
+        return int.from_bytes(f.read(8)[4:8], "little")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for torchrun's rendezvous)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

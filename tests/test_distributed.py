@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from conftest import solid, torchrun, write_archive
+from conftest import free_port, solid, torchrun, write_archive
 from imageloader import ImageLoader, Options
 
 REPO = Path(__file__).resolve().parent.parent
@@ -122,10 +121,6 @@ def _rank_main(rank: int, world: int, port: int, path: str, out: dict) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.timeout(120)
@@ -133,7 +128,7 @@ def test_two_gloo_processes_split_every_epoch_exactly_once(tmp_path):
     path = numbered_archive(tmp_path / "a.tgz", 22)
     with mp.Manager() as manager:
         out = manager.dict()
-        mp.spawn(_rank_main, args=(2, _free_port(), path, out), nprocs=2, join=True)
+        mp.spawn(_rank_main, args=(2, free_port(), path, out), nprocs=2, join=True)
         result = dict(out)
     for epoch in range(2):
         a, b = result[(0, epoch)][0], result[(1, epoch)][0]

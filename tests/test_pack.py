@@ -8,21 +8,12 @@ from PIL import Image
 
 from imageloader import ImageLoader
 from imageloader.pack import pack, reproducible_tarinfo
+from conftest import gzip_header_mtime, read_members
 
 
 def write_png(path, value):
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.new("L", (4, 4), value).save(path)
-
-
-def read_members(path):
-    """{member name: bytes} of a .tgz, in archive order."""
-    with tarfile.open(path, "r:gz") as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
-
-
-def gzip_header_mtime(path):
-    return int.from_bytes(Path(path).read_bytes()[4:8], "little")
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import solid, write_archive
+from conftest import free_port, solid, write_archive
 from imageloader import ImageLoader, Options, index, read, remote
 from imageloader.errors import ArchiveError
 from imageloader.read import iter_members
@@ -334,7 +334,7 @@ def test_two_torchrun_nodes_fetch_the_archive_about_once_per_epoch(served, tmp_p
     pytest.importorskip("rapidgzip")
     server, path = served
     size = os.path.getsize(path)
-    port = str(_free_port())
+    port = str(free_port())
     runs = []
     for node in range(2):
         runs.append(subprocess.Popen(
@@ -368,7 +368,7 @@ def test_an_error_of_the_shared_scan_reaches_every_rank(served, tmp_path):
     server, _ = served
     with mp.Manager() as manager:
         out = manager.dict()
-        mp.spawn(_shared_scan_rank, args=(2, _free_port(), f"{server.url}/nothere.tgz",
+        mp.spawn(_shared_scan_rank, args=(2, free_port(), f"{server.url}/nothere.tgz",
                                           str(tmp_path), out), nprocs=2, join=True)
         errors = dict(out)
     assert sorted(errors) == [0, 1]
@@ -390,11 +390,6 @@ def _shared_scan_rank(rank: int, world: int, port: int, url: str, tmp: str, out)
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_bench_remote_script_compares_http_with_the_file(tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from conftest import gzip_header_mtime, read_members
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS_DIR = REPO_ROOT / "scripts" / "bench"
@@ -40,16 +41,6 @@ def load_script(name, monkeypatch):
 def script_args(module, *argv):
     """Parse argv with the script's own parser, so defaults are the documented ones."""
     return module.get_args_parser().parse_args([str(a) for a in argv])
-
-
-def read_members(path):
-    """{member name: bytes} of a .tgz, in archive order."""
-    with tarfile.open(path, "r:gz") as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
-
-
-def gzip_header_mtime(path):
-    return int.from_bytes(Path(path).read_bytes()[4:8], "little")
 
 
 # --- make_imagenet_like --------------------------------------------------------
