@@ -402,9 +402,6 @@ class ImageLoader:
         producer = self._runtime.producer if self._pool is not None else None
         return producer if isinstance(producer, WorkerPool) else None
 
-    def _parts(self) -> tuple:
-        return self.plan.parts
-
     def close(self) -> None:
         """End any epoch still being iterated, stop worker processes, and free shared and
         page-locked memory."""

@@ -44,7 +44,7 @@ def main(url: str, cache: str, out: str) -> None:
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, f"rank-{rank}.json"), "w") as f:
         json.dump({"rank": rank, "ids": seen, "fetched": fetched,
-                   "parts": len(loader._parts())}, f)
+                   "parts": len(loader.plan.parts)}, f)
     dist.destroy_process_group()
 
 

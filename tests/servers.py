@@ -1,7 +1,7 @@
 """Real servers for the remote tests: an HTTP server that honours Range requests and counts
 what it sends, a fault injector that sits between a client and any HTTP server, and moto's
 standalone S3 server in a process of its own. `python tests/servers.py FOLDER` serves a folder
-(scripts/bench_remote.py)."""
+(scripts/bench/bench_remote.py)."""
 from __future__ import annotations
 
 import base64

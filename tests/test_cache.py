@@ -131,7 +131,7 @@ def test_train_regions_from_the_copy_give_the_batches_of_the_archive(tmp_path):
     runs = []
     for setting in (None, PlainCopy()):
         with numbered_loader(path, setting, workers=3, options={"readers": 2}) as loader:
-            assert len(loader._parts()) == len(archive_regions(path)) > 2
+            assert len(loader.plan.parts) == len(archive_regions(path)) > 2
             assert plain_files(tmp_path) == ([] if setting is None else
                                              ["a.tgz.plain.tar", "a.tgz.plain.tar.json",
                                               "a.tgz.plain.tar.lock"])

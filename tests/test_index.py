@@ -167,7 +167,7 @@ def test_loader_reads_regions_every_image_once_in_a_new_order_each_epoch(tmp_pat
     runs = []
     for _ in range(2):
         with numbered_loader(path, workers=3, options=Options(readers=readers)) as loader:
-            parts = loader._parts()
+            parts = loader.plan.parts
             assert len(parts) == len(archive_regions(path)) > readers
             assert len(loader) == 8  # 60 images, batches of 8
             orders = []
@@ -186,7 +186,7 @@ def test_loader_reads_regions_every_image_once_in_a_new_order_each_epoch(tmp_pat
 def test_regions_off_reads_the_archive_as_one_stream(tmp_path):
     path = padded_archive(tmp_path / "a.tar", compress=False)
     with numbered_loader(path, workers=2, options=Options(regions=False)) as loader:
-        assert len(loader._parts()) == 1
+        assert len(loader.plan.parts) == 1
         seen, _ = epoch_ids(loader)
         assert (loader.stats.readers, loader.stats.regions) == (1, 0)
     assert sorted(seen) == list(range(60))
@@ -195,7 +195,7 @@ def test_regions_off_reads_the_archive_as_one_stream(tmp_path):
 def test_eval_keeps_the_archive_order_without_regions(tmp_path):
     path = padded_archive(tmp_path / "a.tar", compress=False)
     with numbered_loader(path, workers=3, train=False) as loader:
-        assert len(loader._parts()) == 1
+        assert len(loader.plan.parts) == 1
         seen, _ = epoch_ids(loader)
     assert seen == list(range(60))
 
@@ -248,7 +248,7 @@ def test_regions_feed_the_gpu_every_image_once(tmp_path, decode):
     with ImageLoader(path, batch_size=8, size=8, device="cuda", normalize=False, seed=3,
                      workers=3, decode=decode,
                      options=Options(readers=3, plain_copy=None)) as loader:
-        assert len(loader._parts()) > 3
+        assert len(loader.plan.parts) > 3
         for _ in range(2):
             seen = []
             with pytest.warns(UserWarning, match="skipped 60 members"):

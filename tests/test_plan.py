@@ -91,7 +91,7 @@ def test_resume_with_uneven_region_readers_at_every_cut(tmp_path, small_regions,
     def make():
         return loader(path, batch_size=8, workers=workers, options=Options(readers=readers))
     with make() as probe:
-        assert len(probe._parts()) == 8
+        assert len(probe.plan.parts) == 8
     check_every_cut(make, fresh_cuts=(7,))
 
 

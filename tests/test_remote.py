@@ -157,7 +157,7 @@ def test_sidecar_and_index_live_in_the_cache_and_a_changed_object_is_scanned_aga
     server, path = served
     url = f"{server.url}/a.tgz"
     with numbered_loader(url, tmp_path, options={"readers": 2}) as loader:
-        assert len(loader._parts()) >= 6
+        assert len(loader.plan.parts) >= 6
         assert len(loader) == IMAGES // 8
     names = sorted(f.name for f in (tmp_path / "cache").iterdir())
     assert len(names) == 2 and names[0].endswith("-a.tgz.classes.json") \
@@ -212,14 +212,14 @@ def test_loader_over_http_every_image_once_counting_what_it_fetched(served, tmp_
     server, path = served
     size = os.path.getsize(path)
     with numbered_loader(f"{server.url}/a.tgz", tmp_path, options={"readers": 2}) as loader:
-        assert len(loader._parts()) > 2
+        assert len(loader.plan.parts) > 2
         server.reset()
         first = epoch_ids(loader)
         assert sorted(first) == list(range(IMAGES))
         stats = loader.stats
         # What the loader says it fetched is what the server sent.
         assert stats.fetched == server.counts["bytes"] <= 1.1 * size
-        assert stats.requests == server.counts["requests"] >= len(loader._parts())
+        assert stats.requests == server.counts["requests"] >= len(loader.plan.parts)
         assert stats.retries == 0 and stats.skipped == {"not_image": IMAGES}
         second = epoch_ids(loader)
         assert sorted(second) == list(range(IMAGES)) and second != first
@@ -242,7 +242,7 @@ def test_faults_between_loader_and_server_lose_and_repeat_nothing(served, tmp_pa
     try:
         with numbered_loader(f"{proxy.url}/a.tgz", tmp_path, o,
                              options={"readers": 2}) as loader:
-            assert len(loader._parts()) > 2  # ranged requests of regions, side by side
+            assert len(loader.plan.parts) > 2  # ranged requests of regions, side by side
             for epoch in range(2):
                 assert sorted(epoch_ids(loader)) == list(range(IMAGES))
                 assert loader.stats.retries > 0
@@ -393,7 +393,7 @@ def _shared_scan_rank(rank: int, world: int, port: int, url: str, tmp: str, out)
 
 
 def test_bench_remote_script_compares_http_with_the_file(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(HERE.parent / "scripts"))
+    monkeypatch.syspath_prepend(str(HERE.parent / "scripts" / "bench"))
     import bench_remote
     path = numbered_archive(tmp_path / "a.tgz")
     args = bench_remote.get_args_parser().parse_args(

@@ -5,6 +5,7 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR bench     # both data sets, loader and training, ~6 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR overlap   # what overlaps: trace, copies, demos, ~3 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR ranks     # on a 2-GPU host: exactly once, 1 vs 2 GPUs
+#   bash scripts/bench/gpu_host.sh OUT_DIR remote    # one archive from disk and over HTTP, ~3 min
 # bench builds two 32,000-image archives (ImageNet-like 500x375, and varied photos with a
 # tail of large ones: make_imagenet_like.py --sizes), measures the inflate rate per core and
 # the plain copy (bench_inflate.py), then on each archive: the loader alone (its first epoch and
@@ -16,6 +17,8 @@
 # training crops' GPU time (bench_gpu_crop.py) and the stream demos.
 # ranks: the second-GPU test and tests/test_distributed.py, every image exactly once over 2
 # ranks for 2 epochs (scripts/check_ranks.py), ResNet-50 from one .tgz on 1 GPU and on 2.
+# remote: bench_remote.py on the photo archive, decoded as the default does, batches on the GPU
+# (needs fsspec and aiohttp with its dependencies among the wheels in .whl/).
 # Optional wheels in .whl/ (nvImageCodec, rapidgzip, isal, torchcodec, webdataset) are
 # installed first. OUT_DIR receives pytest.log, or the JSON, logs and charts of the part.
 set -uo pipefail
@@ -93,8 +96,17 @@ ranks() {
   rm -rf "$out/t1" "$out/t2"
 }
 
+remote() {
+  local archive="$data/photos-32000.tgz"
+  [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes photos --images 32000 \
+      --out "$archive" | tail -1
+  python3 $here/bench_remote.py --archive "$archive" --seconds 15 --readers 8 --workers 15 \
+    --decode auto --device cuda --out "$out/remote.json" 2>&1 | grep -v "$quiet" \
+    | tee "$out/remote.log" | tail -12
+}
+
 case "$part" in
-  tests|bench|overlap) "$part" ;;
+  tests|bench|overlap|remote) "$part" ;;
   ranks) ranks 2>&1 | tee "$out/run.log" ;;
-  *) echo "unknown part '$part': tests, bench, overlap or ranks" >&2; exit 2 ;;
+  *) echo "unknown part '$part': tests, bench, overlap, remote or ranks" >&2; exit 2 ;;
 esac

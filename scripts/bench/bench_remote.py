@@ -1,6 +1,6 @@
 """Remote against local: one archive read from disk and from a local HTTP server, in one run.
 
-    python scripts/bench_remote.py --archive bench-data/imagenet-like.tgz --seconds 10
+    python scripts/bench/bench_remote.py --archive bench-data/imagenet-like.tgz --seconds 10
 
 The archive's folder is served by the tests' Range-honouring HTTP server (tests/servers.py) in
 a process of its own, and for the path and for its URL this measures:
@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from imageloader import ImageLoader, Options, index, remote  # noqa: E402
@@ -84,7 +84,7 @@ def loader_alone(source, args, cache: str, size: int) -> dict:
                 break
         rate = n / (time.perf_counter() - t0) if t0 else float("nan")
         batches.close()
-        parts = len(loader._parts())
+        parts = len(loader.plan.parts)
     return {"img_per_s": round(rate), "parts": parts, "readers": args.readers,
             "workers": args.workers}
 
