@@ -9,7 +9,9 @@ a process of its own, and for the path and for its URL this measures:
 - reader alone, regions: one reader walking all regions in a shuffled order, as a training
   reader does (remote: ranged requests of each region's bytes, rapidgzip with one thread);
 - loader alone: ImageLoader(train=True) batches per second without a model (img/s).
-Each line also says the bytes fetched per archive byte. The goal: remote within 10% of local.
+Each line also says the bytes fetched per archive byte, and the reader lines the CPU per image of
+this process (all its threads) and of the server process: where both share a few cores, the
+server's CPU is taken from the reader's. The goal: remote within 10% of local.
 """
 from __future__ import annotations
 
@@ -48,9 +50,10 @@ def scan(source, size: int) -> dict:
     return {"MB_per_s": round(size / seconds / 1e6, 1), **_fetched(before, size)}
 
 
-def reader_alone(plan: ReadPlan, order: tuple, seconds: float, size: int) -> dict:
+def reader_alone(plan: ReadPlan, order: tuple, seconds: float, size: int,
+                 server_cpu=lambda: 0.0) -> dict:
     before, opened = remote.counters(), {}
-    t0, cpu0, n = time.perf_counter(), time.process_time(), 0
+    t0, cpu0, n, served0 = time.perf_counter(), time.process_time(), 0, server_cpu()
     try:
         for _ in plan.tasks(0, order, Counter(), {}, opened=opened):
             n += 1
@@ -62,8 +65,11 @@ def reader_alone(plan: ReadPlan, order: tuple, seconds: float, size: int) -> dic
     # CPU of this process, all threads (inflater, fetch, HTTP client): steadier than the rate
     # where other programs share the cores.
     cpu = 1e6 * (time.process_time() - cpu0) / max(n, 1)
-    return {"img_per_s": round(n / (time.perf_counter() - t0)), "cpu_us_per_img": round(cpu),
-            **_fetched(before, size)}
+    row = {"img_per_s": round(n / (time.perf_counter() - t0)), "cpu_us_per_img": round(cpu),
+           **_fetched(before, size)}
+    if row.get("requests"):  # the server's CPU: on a small machine it shares the reader's cores
+        row["server_cpu_us_per_img"] = round(1e6 * (server_cpu() - served0) / max(n, 1))
+    return row
 
 
 def loader_alone(source, args, cache: str, size: int) -> dict:
@@ -89,18 +95,27 @@ def loader_alone(source, args, cache: str, size: int) -> dict:
             "workers": args.workers}
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (Linux; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _fetched(before: dict, size: int) -> dict:
     got = remote.counted_since(before)
     return {"fetched_per_byte": round(got["fetched"] / size, 3), "requests": got["requests"]} \
         if got["requests"] else {}
 
 
-def measure(name: str, source, args, cache: str, size: int) -> list[dict]:
+def measure(name: str, source, args, cache: str, size: int, server_cpu) -> list[dict]:
     rows = [{"what": "scan", **scan(source, size)}]
     vocab = Vocabulary.from_archives([source])
     plan = ReadPlan((source,), dict(vocab.index), args.batch_size, 4096, 0)
     rows.append({"what": "reader alone, stream", **reader_alone(plan, (0,), args.seconds,
-                                                                 size)})
+                                                                 size, server_cpu)})
     regions = archive_regions(source)
     if regions:
         threads = max(2, min(8, os.cpu_count() or 1) // args.readers)  # as the loader's
@@ -108,7 +123,7 @@ def measure(name: str, source, args, cache: str, size: int) -> list[dict]:
                         inflate_threads=threads)
         order = tuple(random.Random(0).sample(range(len(regions)), len(regions)))
         rows.append({"what": "reader alone, regions", "regions": len(regions),
-                     **reader_alone(plan, order, args.seconds, size)})
+                     **reader_alone(plan, order, args.seconds, size, server_cpu)})
     rows.append({"what": "loader alone", **loader_alone(source, args, cache, size)})
     for row in rows:
         row["source"] = name
@@ -128,8 +143,9 @@ def main(args) -> list[dict]:
                 if os.path.exists(stale):
                     os.remove(stale)  # the local scan is measured too
             url = remote.Url(f"{base}/{os.path.basename(archive)}", RemoteOptions(cache_dir=cache))
-            rows = measure("local", archive, args, cache, size) \
-                + measure("http", url, args, cache, size)
+            cpu = lambda: cpu_seconds(server.pid)  # noqa: E731
+            rows = measure("local", archive, args, cache, size, cpu) \
+                + measure("http", url, args, cache, size, cpu)
     finally:
         server.terminate()
         server.wait()
@@ -143,17 +159,18 @@ def main(args) -> list[dict]:
 
 def _table(rows: list[dict]) -> None:
     local = {r["what"]: r for r in rows if r["source"] == "local"}
-    print(f"\n{'':32s} {'local':>10s} {'http':>10s} {'http/local':>10s}  fetched/byte")
+    print(f"\n{'':34s} {'local':>10s} {'http':>10s} {'http/local':>10s}  fetched/byte")
     for row in (r for r in rows if r["source"] == "http"):
         theirs = local.get(row["what"], {})
         for key, unit in (("MB_per_s", "MB/s"), ("img_per_s", "img/s"),
-                          ("cpu_us_per_img", "CPU us/img")):
+                          ("cpu_us_per_img", "CPU us/img"),
+                          ("server_cpu_us_per_img", "server CPU")):
             if key not in row:
                 continue
             mine, other = row[key], theirs.get(key)
             ratio = f"{mine / other:10.2f}" if other else f"{'':>10s}"
-            print(f"{row['what'] + ' (' + unit + ')':32s} {other or 0:10.0f} {mine:10.0f} "
-                  f"{ratio}  {row.get('fetched_per_byte', '') if key != 'cpu_us_per_img' else ''}")
+            print(f"{row['what'] + ' (' + unit + ')':34s} {other or 0:10.0f} {mine:10.0f} "
+                  f"{ratio}  {row.get('fetched_per_byte', '') if unit.endswith('/s') else ''}")
 
 
 def get_args_parser() -> argparse.ArgumentParser:
