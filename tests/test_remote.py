@@ -221,8 +221,13 @@ def test_loader_over_http_every_image_once_counting_what_it_fetched(served, tmp_
         assert stats.fetched == server.counts["bytes"] <= 1.1 * size
         assert stats.requests == server.counts["requests"] >= len(loader.plan.parts)
         assert stats.retries == 0 and stats.skipped == {"not_image": IMAGES}
+        server.reset()
         second = epoch_ids(loader)
         assert sorted(second) == list(range(IMAGES)) and second != first
+        # No plain copy of a URL (README): the second epoch fetches the archive again (but
+        # for the pieces each reader still holds from the first).
+        assert server.counts["bytes"] > 0.5 * size and loader.stats.inflate != "none (plain copy)"
+        assert not [p.name for p in tmp_path.rglob("*.plain*")]
     with numbered_loader(f"{server.url}/a.tgz", tmp_path, train=False) as evaluation:
         assert epoch_ids(evaluation) == list(range(IMAGES))  # streamed in order
 
