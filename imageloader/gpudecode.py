@@ -124,7 +124,7 @@ class GpuDecode:
                 to_crop.append((slot, image))
             else:
                 out[slot].copy_(self._center_crop(self._tensor(image)))
-        self._train_crops(to_crop, arrays.boxes, out)
+        self.train_crops(to_crop, arrays.boxes, out)
         self.counts[FALLBACK + "gpu_decoded"] += len(kept) - sum(isinstance(i, np.ndarray) for i in images)
         return kept
 
@@ -154,8 +154,9 @@ class GpuDecode:
             return pixels
         return image
 
-    def _train_crops(self, pairs, boxes, out) -> None:
-        """Each (slot, image) cropped to the box the packers drew, resized, flipped, into out."""
+    def train_crops(self, pairs, boxes, out) -> None:
+        """Each (slot, image) cropped to the box the packers drew, resized, flipped, into out
+        (public for scripts/bench/bench_gpu_crop.py, which times it alone)."""
         if not pairs:
             return
         if self.crop == "triton":  # one kernel for the whole batch, from the uint8 images

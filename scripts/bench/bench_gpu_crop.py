@@ -64,7 +64,7 @@ def main(args) -> None:
         out = torch.empty((args.batch, *cpu.out_shape), dtype=torch.uint8, device=device)
         for crop in ("triton", "roi_align"):
             stage = GpuDecode(cpu, None, device, ("none", None), crop=crop)
-            ms = time_ms(lambda: stage._train_crops(pairs, boxes, out), args.repeats)
+            ms = time_ms(lambda: stage.train_crops(pairs, boxes, out), args.repeats)
             print(json.dumps({"batch": name, "images": args.batch, "crop": crop,
                               "gpu_ms": round(ms, 3), "device": torch.cuda.get_device_name(),
                               "torch": torch.__version__}), flush=True)
