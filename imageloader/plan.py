@@ -94,7 +94,7 @@ class Plan:
             # as with one reader), and each reader inflates only its regions, with a share of
             # the inflater threads one reader would have.
             shuffle = max(2, -(-shuffle // self.readers))
-            threads = threads or max(2, min(8, cores()) // self.readers)
+            threads = threads or region_inflate_threads(self.readers)
         parts = tuple(on_copy(part, self.copies) for part in self.parts)
         return ReadPlan(parts, dict(self.vocab_index), self.batch_size, shuffle,
                         self.seed, self.limits, self.unknown_labels, self.inflate, threads,
@@ -313,6 +313,12 @@ def _default_readers(s: Settings, parts: tuple) -> int:
     # gained < 4% while using ~3 more cores (H200 host): it is not the
     # wall there either.
     return 1
+
+
+def region_inflate_threads(readers: int) -> int:
+    """Inflater threads of each of `readers` region readers: their share of what one reader
+    of the whole archive would use (at most 8), and at least 2."""
+    return max(2, min(8, cores()) // readers)
 
 
 def cores() -> int:

@@ -52,7 +52,7 @@ def reader_alone(plan: ReadPlan, seconds: float) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def _cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of one process, all its threads (/proc/PID/stat)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -67,7 +67,7 @@ def _process_cpu() -> dict:
     out: dict = {}
     for proc in multiprocessing.active_children():
         role = "reader" if "reader" in proc.name else "packers"
-        out[role] = out.get(role, 0.0) + _cpu_seconds(proc.pid)
+        out[role] = out.get(role, 0.0) + cpu_seconds(proc.pid)
     return out
 
 

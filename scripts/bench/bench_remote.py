@@ -33,7 +33,10 @@ from imageloader import ImageLoader, Options, index, remote  # noqa: E402
 from imageloader.loader import default_workers  # noqa: E402
 from imageloader.remote import RemoteOptions  # noqa: E402
 from imageloader.vocab import Vocabulary, archive_regions  # noqa: E402
+from imageloader.plan import region_inflate_threads  # noqa: E402
 from imageloader.workers import ReadPlan  # noqa: E402
+
+from bench_reader import cpu_seconds  # noqa: E402  (beside this script)
 
 
 def serve(folder: str) -> tuple[subprocess.Popen, str]:
@@ -95,15 +98,6 @@ def loader_alone(source, args, cache: str, size: int) -> dict:
             "workers": args.workers}
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process so far (Linux; 0 elsewhere)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _fetched(before: dict, size: int) -> dict:
     got = remote.counted_since(before)
     return {"fetched_per_byte": round(got["fetched"] / size, 3), "requests": got["requests"]} \
@@ -118,9 +112,8 @@ def measure(name: str, source, args, cache: str, size: int, server_cpu) -> list[
                                                                  size, server_cpu)})
     regions = archive_regions(source)
     if regions:
-        threads = max(2, min(8, os.cpu_count() or 1) // args.readers)  # as the loader's
         plan = ReadPlan(tuple(regions), dict(vocab.index), args.batch_size, 4096, 0,
-                        inflate_threads=threads)
+                        inflate_threads=region_inflate_threads(args.readers))
         order = tuple(random.Random(0).sample(range(len(regions)), len(regions)))
         rows.append({"what": "reader alone, regions", "regions": len(regions),
                      **reader_alone(plan, order, args.seconds, size, server_cpu)})
