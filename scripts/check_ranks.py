@@ -8,6 +8,11 @@ fingerprints each image it receives. Rank 0 then reads the same archive alone
 (world size 1) and compares: the ranks' images must be disjoint and together be every image
 once, plus the repeats that `uneven="pad"` adds so that every rank takes the same number of
 steps (or minus what "drop" leaves out). Prints one JSON line per epoch; exits 1 on a failure.
+
+With --resume-at K it then checks resume under these ranks: each rank reads one more epoch with
+training transforms (shuffle, random crops, flips) whole, then again cut after K batches, its
+loader state saved and loaded into a new loader that reads the rest. The cut run must give every
+rank exactly the batches of the whole one: same labels in the same order, same pixels.
 """
 from __future__ import annotations
 
@@ -35,6 +40,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=int, default=64, help="crop side: small keeps it fast")
     p.add_argument("--workers", type=int, default=None)
     p.add_argument("--uneven", default="pad", choices=["pad", "drop"])
+    p.add_argument("--resume-at", type=int, default=0,
+                   help="also check resume: cut one training epoch after this many batches")
     p.add_argument("--out", default=None, help="also write the JSON lines here (rank 0)")
     return p
 
@@ -55,8 +62,8 @@ def read_epoch(loader: ImageLoader, epoch: int, weights) -> tuple[list[int], int
     return prints, steps, time.perf_counter() - t0
 
 
-def make_loader(data, args, device, **options) -> ImageLoader:
-    return ImageLoader(data, batch_size=args.batch_size, size=args.size, train=False,
+def make_loader(data, args, device, train: bool = False, **options) -> ImageLoader:
+    return ImageLoader(data, batch_size=args.batch_size, size=args.size, train=train,
                        normalize=False, device=device, workers=args.workers,
                        options=Options(uneven=args.uneven, **options))
 
@@ -84,11 +91,50 @@ def main(args) -> int:
                 failures += not ok
                 lines.append(line)
                 print(json.dumps(line), flush=True)
+    if args.resume_at:
+        mine = resume_check(args, device, weights)
+        gathered = [None] * world
+        dist.all_gather_object(gathered, mine)
+        if rank == 0:
+            line = {"check": "resume", "cut_after": args.resume_at, "epoch": args.epochs,
+                    "ok": all(g["ok"] for g in gathered), "ranks": gathered}
+            failures += not line["ok"]
+            lines.append(line)
+            print(json.dumps(line), flush=True)
     if rank == 0 and args.out:
         Path(args.out).write_text("".join(json.dumps(x) + "\n" for x in lines))
     dist.barrier()
     dist.destroy_process_group()
     return 1 if failures else 0
+
+
+def batch_prints(batch, weights) -> tuple[list[int], list[int]]:
+    images, labels = batch
+    return fingerprints(images, weights), labels.tolist()
+
+
+def resume_check(args, device, weights) -> dict:
+    """This rank's training epoch read whole, against the same epoch cut after
+    --resume-at batches and resumed in a new loader from the state saved there."""
+    epoch = args.epochs  # an epoch the checks above did not read: its own shuffle
+    with make_loader(args.data, args, device, train=True) as whole:
+        whole.set_epoch(epoch)
+        expected = [batch_prints(b, weights) for b in whole]
+    with make_loader(args.data, args, device, train=True) as first:
+        first.set_epoch(epoch)
+        batches = iter(first)
+        done = [batch_prints(next(batches), weights) for _ in range(args.resume_at)]
+        state = first.state_dict()
+        batches.close()
+    with make_loader(args.data, args, device, train=True) as second:
+        second.load_state_dict(state)
+        rest = [batch_prints(b, weights) for b in second]
+    got = done + rest
+    same_labels = [g[1] for g in got] == [e[1] for e in expected]
+    same_pixels = sum(g == e for g, e in zip(got, expected))
+    return {"ok": same_labels and same_pixels == len(expected) == len(got),
+            "batches": len(expected), "before_cut": len(done), "after_resume": len(rest),
+            "same_labels_in_order": same_labels, "batches_with_same_pixels": same_pixels}
 
 
 def reference(args, device, weights) -> Counter:

@@ -112,6 +112,17 @@ def test_mid_epoch_checkpoint_resumes_with_the_batches_left(script, tmp_path, mo
     assert json.loads(lines[-1])["loader"]["batches"] == 2  # steps 5 and 6: what was left
 
 
+def test_data_on_gpu_trains_on_one_batch_of_the_loader(script, tmp_path: Path) -> None:
+    """--data-on-gpu: the ceiling run reads one batch and trains on it every step."""
+    out = tmp_path / "ceiling"
+    run(script, "--epochs", "1", "--max-steps", "6", "--workers", "0", "--data-on-gpu",
+        "--out-dir", str(out))
+    line = json.loads((out / "metrics.jsonl").read_text())
+    assert line["data_on_gpu"] and line["arch"] == "resnet18" and line["ranks"] == 1
+    assert line["loader"]["batches"] == 1  # one real batch, then the same one 5 more times
+    assert line["train_loss"] < 2.0  # six steps on one batch already fit it (chance: 2.30)
+
+
 @pytest.mark.timeout(240)
 def test_two_ranks_under_torchrun_share_what_the_host_has(tmp_path) -> None:
     """torchrun with 2 ranks: on the CPU over gloo; on a GPU host both ranks on its one visible

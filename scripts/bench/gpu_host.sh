@@ -4,7 +4,8 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR tests     # the whole suite, CUDA tests included, ~4 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR bench     # both data sets, loader and training, ~6 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR overlap   # what overlaps: trace, copies, demos, ~3 min
-#   bash scripts/bench/gpu_host.sh OUT_DIR ranks     # on a 2-GPU host: exactly once, 1 vs 2 GPUs
+#   bash scripts/bench/gpu_host.sh OUT_DIR ranks fixed   # 2-GPU host: exactly once, resume,
+#   bash scripts/bench/gpu_host.sh OUT_DIR ranks photos  # and 1 vs 2 GPUs, ~5 min each
 #   bash scripts/bench/gpu_host.sh OUT_DIR remote    # one archive from disk and over HTTP, ~3 min
 # bench builds two 32,000-image archives (ImageNet-like 500x375, and varied photos with a
 # tail of large ones: make_imagenet_like.py --sizes), measures the inflate rate per core and
@@ -15,8 +16,11 @@
 # overlap: a profiler trace of ResNet-50 steps with prefetch 0 and 2 drawn as a timeline
 # (plot_timeline.py), pinned / registered / pageable copy bandwidth (bench_h2d.py), the
 # training crops' GPU time (bench_gpu_crop.py) and the stream demos.
-# ranks: the second-GPU test and tests/test_distributed.py, every image exactly once over 2
-# ranks for 2 epochs (scripts/check_ranks.py), ResNet-50 from one .tgz on 1 GPU and on 2.
+# ranks fixed: the second-GPU test and tests/test_distributed.py, every image exactly once over
+# 2 ranks for 2 epochs from one .tgz and from 16 shards, resume under 2 ranks
+# (scripts/check_ranks.py); then, on either kind, ResNet-18 and ResNet-50 from one .tgz with
+# the default decode and their data-on-GPU ceilings (train_resnet.py --data-on-gpu), on 1 GPU
+# and on 2: steady img/s after 10 steps of the first epoch.
 # remote: bench_remote.py on the photo archive, decoded as the default does, batches on the GPU
 # (needs fsspec and aiohttp with its dependencies among the wheels in .whl/).
 # Optional wheels in .whl/ (nvImageCodec, rapidgzip, isal, torchcodec, webdataset) are
@@ -75,25 +79,44 @@ overlap() {
   python3 $here/bench_parallel.py --out "$out/parallel.json" 2>&1 | tail -6
 }
 
-ranks() {
-  local archive="$data/fixed-32000.tgz" steps=${STEPS:-80}
-  [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes fixed --images 32000 \
-      --out "$archive" | tail -1
-  python3 -m pytest -q -p no:cacheprovider \
-    tests/test_prefetch.py::test_second_gpu_creates_no_context_on_the_first \
-    tests/test_distributed.py 2>&1 | tee "$out/pytest.log" | tail -8
-  echo "== exactly once: 2 ranks, 2 epochs"
-  python3 -m torch.distributed.run --nproc-per-node=2 scripts/check_ranks.py --data "$archive" \
-    --epochs 2 --workers 15 --out "$out/ranks.jsonl"
-  local train="scripts/train_resnet.py --data $archive --val $archive --arch resnet50
-    --size 224 --batch-size 256 --epochs 1 --max-steps $steps --workers 15 --print-every 0"
-  echo "== ResNet-50, 1 GPU, cores 0-15"
-  CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 python3 $train --out-dir "$out/t1" 2>&1 | tail -4
-  echo "== ResNet-50, 2 GPUs (torchrun)"
-  python3 -m torch.distributed.run --nproc-per-node=2 $train --out-dir "$out/t2" 2>&1 | tail -6
-  cp "$out/t1/metrics.jsonl" "$out/train-1gpu.jsonl" 2>/dev/null
-  cp "$out/t2/metrics.jsonl" "$out/train-2gpu.jsonl" 2>/dev/null
-  rm -rf "$out/t1" "$out/t2"
+ranks() {  # one data kind per call: fixed (with the rank checks) or photos
+  local kind=${1:-fixed} steps=${STEPS:-60} archive val
+  archive="$data/$kind-32000.tgz" val="$data/val-1000.tgz"
+  local shards=0; [ "$kind" = fixed ] && shards=16
+  [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes "$kind" --images 32000 \
+      --shards $shards --out "$archive" | tail -1
+  # Validation on 1,000 other images of the same 100 classes: the runs time training.
+  [ -f "$val" ] || python3 $here/make_imagenet_like.py --images 1000 --seed 1 --out "$val" \
+      | tail -1
+  if [ "$kind" = fixed ]; then
+    python3 -m pytest -q -p no:cacheprovider \
+      tests/test_prefetch.py::test_second_gpu_creates_no_context_on_the_first \
+      tests/test_distributed.py 2>&1 | tail -3
+    echo "== exactly once: 2 ranks, 2 epochs, one .tgz; then resume cut after 20 batches"
+    python3 -m torch.distributed.run --nproc-per-node=2 scripts/check_ranks.py --data \
+      "$archive" --epochs 2 --workers 15 --resume-at 20 --out "$out/ranks-tgz.jsonl" 2>&1 \
+      | grep '^{'
+    echo "== exactly once: 2 ranks, 2 epochs, 16 shards"
+    python3 -m torch.distributed.run --nproc-per-node=2 scripts/check_ranks.py --data \
+      "$data/$kind-32000-shard-*.tgz" --epochs 2 --workers 15 --out "$out/ranks-shards.jsonl" \
+      2>&1 | grep '^{'
+  fi
+  # Each rank has 16 cores (the 1-GPU run is held to half the host) and the loader's defaults.
+  local train="scripts/train_resnet.py --data $archive --val $val --size 224 --batch-size 256
+    --epochs 1 --max-steps $steps --workers 15 --print-every 0"
+  for arch in resnet18 resnet50; do
+    for feed in data-on-gpu loader; do
+      local flag=; [ $feed = data-on-gpu ] && flag=--data-on-gpu
+      echo "== $kind $arch $feed, 1 GPU"
+      CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 python3 $train --arch $arch $flag \
+        --out-dir "$out/r" 2>&1 | grep '^steady' | sed "s/^/$kind $arch $feed 1 GPU: /"
+      cat "$out/r/metrics.jsonl" >> "$out/train-$kind.jsonl"; rm -rf "$out/r"
+      echo "== $kind $arch $feed, 2 GPUs"
+      python3 -m torch.distributed.run --nproc-per-node=2 $train --arch $arch $flag \
+        --out-dir "$out/r" 2>&1 | grep '^steady' | sed "s/^/$kind $arch $feed 2 GPUs: /"
+      cat "$out/r/metrics.jsonl" >> "$out/train-$kind.jsonl"; rm -rf "$out/r"
+    done
+  done
 }
 
 remote() {
@@ -107,6 +130,6 @@ remote() {
 
 case "$part" in
   tests|bench|overlap|remote) "$part" ;;
-  ranks) ranks 2>&1 | tee "$out/run.log" ;;
+  ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
   *) echo "unknown part '$part': tests, bench, overlap, remote or ranks" >&2; exit 2 ;;
 esac
