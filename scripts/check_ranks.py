@@ -63,6 +63,11 @@ def read_epoch(loader: ImageLoader, epoch: int, weights) -> tuple[list[int], int
 
 
 def make_loader(data, args, device, train: bool = False, **options) -> ImageLoader:
+    if device.type == "cuda":
+        # Every batch on the GPU decoder: decode="auto" would try some batches on the CPU
+        # (its trial of shares), and two decoders' pixels differ by rounding, which the exact
+        # fingerprints here would count as other images.
+        options.setdefault("cpu_share", 0.0)
     return ImageLoader(data, batch_size=args.batch_size, size=args.size, train=train,
                        normalize=False, device=device, workers=args.workers,
                        options=Options(uneven=args.uneven, **options))
