@@ -48,13 +48,18 @@ class TrialShare(FixedShare):
     was stamped with, so a share's rate is taken from its own batches only; the first `skip`
     of each are left out (the pipeline still holds batches of the other share), then `window`
     consecutive batch intervals are timed. The interval of a batch is the consumer's whole
-    step: its training work and its wait for the batch."""
+    step: its training work and its wait for the batch.
+
+    A share that is clearly slower after `early` intervals (by more than `margin` against one
+    measured whole) is dropped there: the trial is paid in training time, and ResNet-18 fed by
+    the CPU ran at ~half speed for the whole window (H100 host, 2026-11-25 run)."""
 
     def __init__(self, shares: tuple[float, ...] = (0.0, 1.0), skip: int = 8, window: int = 24,
-                 clock=time.perf_counter):
+                 early: int = 8, margin: float = 0.2, clock=time.perf_counter):
         super().__init__(shares[0])
         self.clock = clock
         self.shares, self.skip, self.window = tuple(shares), skip, window
+        self.early, self.margin = early, margin
         self.seen = {s: 0 for s in self.shares}     # batches of each share consumed
         self.timed = {s: [] for s in self.shares}   # their intervals, after `skip`
         self.chosen: float | None = None
@@ -72,12 +77,21 @@ class TrialShare(FixedShare):
         self._next_phase()
 
     def _next_phase(self) -> None:
-        pending = [s for s in self.shares if len(self.timed[s]) < self.window]
+        pending = [s for s in self.shares if len(self.timed[s]) < self.window
+                   and not self._clearly_slower(s)]
         if pending:
             self.share = pending[0]  # stamped on the next buffers handed to the packers
             return
         rates = self.rates
-        self.chosen = self.share = max(self.shares, key=lambda s: rates[s])
+        self.chosen = self.share = max(rates, key=rates.get)
+
+    def _clearly_slower(self, share: float) -> bool:
+        """`share` has `early` intervals and is slower than a share timed whole by > margin."""
+        if len(self.timed[share]) < self.early:
+            return False
+        rates = self.rates
+        whole = [rates[s] for s in self.shares if len(self.timed[s]) >= self.window]
+        return bool(whole) and rates[share] < (1 - self.margin) * max(whole)
 
     @property
     def rates(self) -> dict:

@@ -16,6 +16,7 @@ trace.json (with --profile).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -337,6 +338,27 @@ def make_profiler(out_dir: Path):
 
 def main(args) -> dict:
     device, ckpt = resolve(args)
+    try:
+        return run(args, device, ckpt)
+    finally:
+        if dist.is_initialized():
+            leave_process_group()
+
+
+def leave_process_group() -> None:
+    """Leave torchrun's process group once the DDP model is gone (it went with run()'s frame).
+    DDP's C++ reducer holds the group too. Whoever frees the group last joins gloo's worker
+    threads; from the reducer's destructor that happens with the GIL held, while a worker may
+    still need the GIL to free the tensors of the last collective: both wait forever (1 run in
+    ~7 with torch 2.11 on 2 cores; py-spy --native: the main thread in ~Reducer ->
+    ~ProcessGroupGloo -> thread::join, a gloo worker in ~AsyncAllgatherWork -> decref_pyobject
+    -> gil_scoped_acquire). destroy_process_group() frees the group without holding the GIL,
+    so the reducer must not be the last owner."""
+    gc.collect()  # a DDP model kept past run() by a reference cycle goes now, not at exit
+    dist.destroy_process_group()
+
+
+def run(args, device, ckpt) -> dict:
     torch.manual_seed(args.seed)
     torch.backends.cudnn.benchmark = True  # fixed input shapes: autotune the convs once
     classes = ckpt["classes"] if ckpt else None  # resuming: the head's classes, not a rescan
@@ -437,8 +459,6 @@ def fit(model, train, val, ckpt, out_dir: Path, args) -> dict:
                                     "val_loader": val.stats.as_dict()}) + "\n")
         save_checkpoint(out_dir / "checkpoint.pt", model, opt, sched, epoch, args,
                         train.vocab.classes)
-    if dist.is_initialized():
-        dist.destroy_process_group()
     return {**metrics, "out_dir": str(out_dir)}
 
 

@@ -176,9 +176,14 @@ def test_check_ranks_script_under_torchrun(tmp_path):
     path = numbered_archive(tmp_path / "n.tgz", 45)
     out = tmp_path / "ranks.jsonl"
     result = torchrun(REPO / "scripts/check_ranks.py", "--data", path, "--epochs", "2",
-                      "--batch-size", "4", "--size", "8", "--workers", "0", "--out", str(out))
+                      "--batch-size", "4", "--size", "8", "--workers", "0", "--resume-at", "2",
+                      "--out", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
-    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    *lines, resume = [json.loads(x) for x in out.read_text().splitlines()]
+    assert resume["check"] == "resume" and resume["ok"] and len(resume["ranks"]) == 2
+    for rank in resume["ranks"]:  # each rank's training epoch, cut after 2 batches, resumed
+        assert (rank["before_cut"], rank["after_resume"], rank["batches"]) == (2, 4, 6)
+        assert rank["same_labels_in_order"] and rank["batches_with_same_pixels"] == 6
     assert [x["epoch"] for x in lines] == [0, 1]
     shared = "cuda:0" if torch.cuda.is_available() else "cpu"
     for x in lines:

@@ -67,6 +67,23 @@ def test_the_trial_times_each_share_by_its_own_batches_and_keeps_the_faster(
     assert trial.share == chosen and trial.rates == rates
 
 
+@pytest.mark.parametrize("cpu_step, chosen, cpu_batches", [
+    (0.03, 0.0, 2 + 3),    # 3x slower: dropped after `early` intervals, GPU kept
+    (0.011, 0.0, 2 + 5),   # within the margin: timed whole, then the faster (GPU) kept
+    (0.005, 1.0, 2 + 5),   # faster: timed whole and kept
+])
+def test_a_clearly_slower_share_is_dropped_early(cpu_step, chosen, cpu_batches):
+    clock = Clock()
+    trial = TrialShare(skip=2, window=5, early=3, margin=0.2, clock=clock)
+    consume(trial, clock, [0.0] * 7, 0.01)
+    assert trial.share == 1.0 and trial.chosen is None
+    consume(trial, clock, [1.0] * (cpu_batches - 1), cpu_step)
+    assert trial.chosen is None
+    consume(trial, clock, [1.0], cpu_step)
+    assert trial.chosen == chosen and trial.share == chosen
+    assert len(trial.timed[1.0]) == cpu_batches - 2  # what the CPU share cost the training
+
+
 def test_cpu_share_none_means_zero_unless_the_loader_chose_the_decode():
     assert type(share_control(None)) is FixedShare and share_control(None).share == 0.0
     assert isinstance(share_control(None, trial=True), TrialShare)
