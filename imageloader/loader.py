@@ -215,7 +215,8 @@ class ImageLoader:
             self._gpu = GpuDecode(self.decoder, self.normalize, self.device, jpeg,
                                   crop=options.gpu_crop)
             self.prefetcher = Prefetcher((), self.device, prefetch=max(prefetch, 1),
-                                         item_transform=GpuStep(self._gpu), threaded=True)
+                                         item_transform=GpuStep(self._gpu), threaded=True,
+                                         stall_timeout=options.timeout)
             self._fill = JpegPacker(self.decoder)
             self.cpu_share = share_control(options.cpu_share, trial=trial)
         else:

@@ -27,8 +27,12 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import faulthandler
 import queue
+import sys
 import threading
+import time
+import warnings
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
@@ -201,6 +205,29 @@ def size_class(nbytes: int) -> int:
 # The copy engine
 
 
+def _dump_stacks() -> None:
+    """Every thread's Python stack on the process's stderr, written from C (no GIL needed)."""
+    with contextlib.suppress(Exception):  # no usable stderr: the error still says what hung
+        faulthandler.dump_traceback(file=sys.__stderr__, all_threads=True)
+
+
+class _Busy:
+    """Since when the prefetch thread has been in one batch's device work (0 s when not)."""
+
+    def __init__(self):
+        self.since: float | None = None
+
+    def __enter__(self):
+        self.since = time.monotonic()
+
+    def __exit__(self, *exc):
+        self.since = None
+
+    def seconds(self) -> float:
+        since = self.since
+        return 0.0 if since is None else time.monotonic() - since
+
+
 @dataclasses.dataclass
 class _InFlight:
     tree: Any
@@ -219,7 +246,7 @@ class Prefetcher:
     def __init__(self, source: Iterable, device: str | torch.device | None = None, *,
                  prefetch: int = 2, item_transform: Callable[[Any], Any] | None = None,
                  staging_slots: int | None = None, threaded: bool = False,
-                 priority: int = 0):
+                 priority: int = 0, stall_timeout: float | None = None):
         if prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {prefetch}")
         self.source, self.device, self.prefetch = source, resolve_device(device), prefetch
@@ -228,6 +255,10 @@ class Prefetcher:
         # transforms (GPU decoding: thousands of small kernel launches per batch) overlap the
         # training loop's own launches instead of adding to them.
         self.threaded = threaded
+        # threaded: the longest one batch's device work (copy, transform, GPU decode) may take
+        # before the consumer stops waiting and raises, with every thread's stack on stderr.
+        # None: wait as long as it takes. A stuck native call must not hang the training loop.
+        self.stall_timeout = stall_timeout
         # CUDA stream priority of the side stream (lower is more urgent; torch clamps to the
         # device's range). A high priority lets the block scheduler start our few small
         # kernels between a training kernel's blocks instead of after the whole kernel.
@@ -311,16 +342,22 @@ class Prefetcher:
         collected: queue.Queue = queue.Queue(maxsize=2)
         jobs: queue.Queue = queue.Queue(maxsize=self.prefetch)
         stop = threading.Event()
+        busy = _Busy()
         threads = [
             threading.Thread(target=self._collect_all, args=(iter(pairs), collected, stop),
                              name="imageloader-collect", daemon=True),
-            threading.Thread(target=self._submit_all, args=(collected, jobs, stop),
+            threading.Thread(target=self._submit_all, args=(collected, jobs, stop, busy),
                              name="imageloader-prefetch", daemon=True)]
         for thread in threads:
             thread.start()
+        stalled = False
         try:
             while True:
-                job = jobs.get()
+                try:
+                    job = self._next_job(jobs, busy)
+                except TimeoutError:
+                    stalled = True
+                    raise
                 if job is _END:
                     return
                 if isinstance(job, BaseException):
@@ -328,12 +365,43 @@ class Prefetcher:
                 yield self._hand_over(job)
         finally:
             stop.set()
-            for thread, q in zip(reversed(threads), (jobs, collected)):
-                while thread.is_alive() or not q.empty():  # unblock its put(), then join
-                    with contextlib.suppress(queue.Empty):
-                        _release_unsubmitted(q.get(timeout=0.05))
-            if hasattr(pairs, "close"):
+            patience = 0.0 if stalled else self.stall_timeout
+            if self._drain_until_ended(threads, (jobs, collected), patience) \
+                    and hasattr(pairs, "close"):
                 pairs.close()  # only now: a generator cannot be closed while another runs it
+
+    def _next_job(self, jobs: queue.Queue, busy: "_Busy") -> Any:
+        """The prefetch thread's next job. Waiting on the source is not bounded here (the
+        loader bounds it: Options.timeout); one batch's device work is, by stall_timeout."""
+        while True:
+            try:
+                return jobs.get(timeout=1.0)
+            except queue.Empty:
+                stuck = busy.seconds()
+                if self.stall_timeout is not None and stuck > self.stall_timeout:
+                    _dump_stacks()  # where it is stuck: the error alone would not say
+                    raise TimeoutError(
+                        f"the prefetch thread has spent {stuck:.0f} s in one batch's device "
+                        f"work (copy, transform, GPU decode) on {self.device}; stacks of all "
+                        f"threads are on stderr") from None
+
+    @staticmethod
+    def _drain_until_ended(threads, queues, patience: float | None) -> bool:
+        """Release what the threads still hand over until they end; False if one is still
+        running after `patience` seconds (None: no limit) of being stopped: stuck in device
+        work. It is a daemon thread: left behind, with a warning."""
+        for thread, q in zip(reversed(threads), queues):
+            started = time.monotonic()
+            while thread.is_alive() or not q.empty():  # unblock its put(), then join
+                with contextlib.suppress(queue.Empty):
+                    _release_unsubmitted(q.get(timeout=0.05))
+                if patience is not None and thread.is_alive() \
+                        and time.monotonic() - started > patience:
+                    warnings.warn(f"imageloader: {thread.name} did not end within "
+                                  f"{patience:.0f} s of being stopped; left behind",
+                                  RuntimeWarning, stacklevel=3)
+                    return False
+        return True
 
     @staticmethod
     def _collect_all(pairs, collected: queue.Queue, stop: threading.Event) -> None:
@@ -347,7 +415,7 @@ class Prefetcher:
             _put_unless(collected, error, stop)
 
     def _submit_all(self, collected: queue.Queue, jobs: queue.Queue,
-                    stop: threading.Event) -> None:
+                    stop: threading.Event, busy: "_Busy") -> None:
         try:
             while not stop.is_set():
                 with contextlib.suppress(queue.Empty):
@@ -355,7 +423,9 @@ class Prefetcher:
                     if pair is _END or isinstance(pair, BaseException):
                         _put_unless(jobs, pair, stop)
                         return
-                    if not _put_unless(jobs, self._submit(*pair), stop):
+                    with busy:
+                        job = self._submit(*pair)
+                    if not _put_unless(jobs, job, stop):
                         return
         except BaseException as error:
             _put_unless(jobs, error, stop)

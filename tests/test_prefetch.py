@@ -6,6 +6,8 @@ import dataclasses
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import torch
@@ -394,3 +396,46 @@ def test_a_repeated_batch_is_recorded_on_the_stream_it_is_used_on(tmp_path, monk
             assert torch.equal(labels, batches[2][1])
             assert (images.data_ptr(), other) in recorded
         assert next(it, None) is None
+
+
+def threaded_on_the_host(submit, stall_timeout: float) -> Prefetcher:
+    """The threaded prefetch stage with its device work replaced: its threads and waits run
+    on any machine (the CUDA tests above run the real device work)."""
+    prefetcher = Prefetcher((), "cpu", threaded=True, stall_timeout=stall_timeout)
+    prefetcher._submit = submit
+    prefetcher._hand_over = lambda job: job
+    return prefetcher
+
+
+def test_a_batch_stuck_in_device_work_raises_instead_of_hanging():
+    release = threading.Event()
+
+    def submit(item, release_host):
+        if item == 2:
+            release.wait(60)  # a native call that never returns, as seen once on the GPU host
+        return item
+
+    prefetcher = threaded_on_the_host(submit, stall_timeout=1.0)
+    got, started = [], time.monotonic()
+    with pytest.raises(TimeoutError, match="one batch's device work"), \
+            pytest.warns(RuntimeWarning, match="imageloader-prefetch did not end.*left behind"):
+        for item in prefetcher._run_threaded((i, None) for i in range(5)):
+            got.append(item)
+    assert got == [0, 1] and time.monotonic() - started < 10
+    release.set()  # the stuck thread, once it returns, ends: nothing is left running
+    deadline = time.monotonic() + 10
+    while any(t.name == "imageloader-prefetch" for t in threading.enumerate()):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_a_slow_source_is_not_a_stall():
+    """Waiting on the source (the loader's workers) is bounded by the loader's own timeout,
+    not by stall_timeout: a source slower than it still delivers everything."""
+    def slow_pairs():
+        for i in range(3):
+            time.sleep(1.3)
+            yield i, None
+
+    prefetcher = threaded_on_the_host(lambda item, release: item, stall_timeout=0.5)
+    assert list(prefetcher._run_threaded(slow_pairs())) == [0, 1, 2]
