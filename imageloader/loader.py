@@ -79,7 +79,8 @@ class Options:
                                         # uncompressed copy that every epoch reads (cache.py;
                                         # by default beside the archive, if 10% of the disk
                                         # stays free); None: inflate every epoch
-    timeout: float = 300.0              # seconds without any batch before erroring out
+    timeout: float = 300.0              # seconds without any batch before erroring out;
+                                        # decode="cuda": also one batch's GPU work
     lookahead: bool = True              # start reading epoch e+1 as soon as e is fully read
     cpu_share: float | None = None      # decode="cuda": share of the images the packers
                                         # decode on the CPU instead (they reach the GPU as
