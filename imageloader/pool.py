@@ -19,6 +19,7 @@ import threading
 from dataclasses import dataclass, field
 from multiprocessing import shared_memory
 
+import numpy as np
 import torch
 
 from .batch import BatchViews, Layout, batch_layout, views_of
@@ -70,11 +71,18 @@ class BufferPool:
         if shared:
             segment = shared_memory.SharedMemory(create=True, size=self._nbytes)
             self._segments.append(segment)
-            raw = torch.frombuffer(segment.buf, dtype=torch.uint8, count=self._nbytes)
+            # Through numpy, not torch.frombuffer: a numpy view holds a buffer export on the
+            # mapping, so closing the segment is refused while any view of it lives (a caller's
+            # batch, a test's). torch.frombuffer holds none: close() then unmapped memory
+            # that tensors still pointed to (garbage reads, or a segfault).
+            raw = torch.from_numpy(np.frombuffer(segment.buf, dtype=np.uint8,
+                                                 count=self._nbytes))
             if self.pin_device is not None:
                 self._register(raw)
         else:
-            raw = torch.empty(self._nbytes, dtype=torch.uint8,
+            # Zeroed, as shared memory comes from the OS: a buffer's fields (the CPU share the
+            # packers read, lengths, counts) must not start as a previous allocation's bytes.
+            raw = torch.zeros(self._nbytes, dtype=torch.uint8,
                               pin_memory=self.pin_device is not None)
         arrays = views_of(raw.numpy(), self.layout)
         labels = torch.from_numpy(arrays.labels)
@@ -187,13 +195,25 @@ class BufferPool:
         self._segments.clear()
 
 
+# Segments closed while a view of them still lived: unlinked (gone from /dev/shm) but still
+# mapped. Each later close tries them again; the mapping goes once their last view has.
+_lingering: list[shared_memory.SharedMemory] = []
+
+
 def _close_segment(segment: shared_memory.SharedMemory) -> None:
     try:
         segment.unlink()
     except FileNotFoundError:
         pass
-    try:
-        segment.close()
-    except BufferError:
-        # A caller still holds a view of this batch; the mapping goes with the last view.
-        log.debug("shared batch buffer %s still referenced at close", segment.name)
+    for waiting in [*_lingering, segment]:
+        try:
+            waiting.close()
+        except BufferError:
+            # A caller still holds a view of this batch: keep the mapping (and this object,
+            # whose own finalizer would try again and complain) until a later close.
+            if waiting is segment:
+                log.debug("shared batch buffer %s still referenced at close", segment.name)
+                _lingering.append(segment)
+        else:
+            if waiting is not segment:
+                _lingering.remove(waiting)

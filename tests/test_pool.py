@@ -79,3 +79,38 @@ def test_reset_forgets_owners_of_an_abandoned_epoch():
     assert pool.in_use() == 3 and held
     pool.reset()
     assert pool.in_use() == 0 and pool.free == 3
+
+
+def test_new_buffers_start_zeroed_whatever_the_memory_held_before():
+    """The packers read a buffer's CPU share before anything writes it (only the loader stamps
+    it): a pool made where a freed one was must not inherit its bytes (a test of the GPU stage
+    failed now and then on a share of 0.75 that nobody had set)."""
+    import gc
+    for _ in range(10):
+        pool = BufferPool(2, 2, (4, 4, 3))
+        for buf in pool.buffers:
+            assert buf.arrays.cpu_share[0] == 0 and not buf.arrays.lengths.any()
+            assert not buf.images.any()
+            buf.arrays.cpu_share[0], buf.arrays.lengths[:], buf.images[...] = 0.75, 7, 255
+        pool.close()
+        del pool, buf
+        gc.collect()
+
+
+def test_a_view_kept_past_close_stays_readable():
+    """A caller holding a view of a shared buffer when the pool closes keeps valid memory: the
+    segment is unlinked, its mapping goes with the last view (it was unmapped under the view:
+    a segfault). In a child process, so that a regression fails this test, not the run."""
+    import subprocess
+    import sys
+    code = ("from imageloader.pool import BufferPool\n"
+            "pool = BufferPool(1, 2, (4, 4, 3), shared=True)\n"
+            "buf = pool.lease(); buf.images[...] = 7; name = pool.shm_names[0]\n"
+            "pool.close(); del pool\n"
+            "import gc, os; gc.collect()\n"
+            "print(int(buf.images.sum()), os.path.exists('/dev/shm/' + name))\n")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "PYTHONPATH": repo})
+    assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
+    assert result.stdout.split() == [str(7 * 2 * 4 * 4 * 3), "False"]  # read; unlinked
