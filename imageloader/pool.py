@@ -205,15 +205,15 @@ def _close_segment(segment: shared_memory.SharedMemory) -> None:
         segment.unlink()
     except FileNotFoundError:
         pass
-    for waiting in [*_lingering, segment]:
+    # A caller may still hold a view of this batch: then close() is refused and the mapping
+    # (with this object, whose own finalizer would try again and complain) waits for a later
+    # close, where every waiting one is tried again.
+    _lingering.append(segment)
+    for waiting in list(_lingering):
         try:
             waiting.close()
         except BufferError:
-            # A caller still holds a view of this batch: keep the mapping (and this object,
-            # whose own finalizer would try again and complain) until a later close.
-            if waiting is segment:
-                log.debug("shared batch buffer %s still referenced at close", segment.name)
-                _lingering.append(segment)
-        else:
-            if waiting is not segment:
-                _lingering.remove(waiting)
+            continue
+        _lingering.remove(waiting)
+    if segment in _lingering:
+        log.debug("shared batch buffer %s still referenced at close", segment.name)

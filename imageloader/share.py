@@ -77,19 +77,18 @@ class TrialShare(FixedShare):
         self._next_phase()
 
     def _next_phase(self) -> None:
+        rates = self.rates
         pending = [s for s in self.shares if len(self.timed[s]) < self.window
-                   and not self._clearly_slower(s)]
+                   and not self._clearly_slower(s, rates)]
         if pending:
             self.share = pending[0]  # stamped on the next buffers handed to the packers
             return
-        rates = self.rates
         self.chosen = self.share = max(rates, key=rates.get)
 
-    def _clearly_slower(self, share: float) -> bool:
+    def _clearly_slower(self, share: float, rates: dict) -> bool:
         """`share` has `early` intervals and is slower than a share timed whole by > margin."""
         if len(self.timed[share]) < self.early:
             return False
-        rates = self.rates
         whole = [rates[s] for s in self.shares if len(self.timed[s]) >= self.window]
         return bool(whole) and rates[share] < (1 - self.margin) * max(whole)
 

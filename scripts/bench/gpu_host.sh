@@ -107,17 +107,18 @@ ranks() {  # one data kind per call: fixed (with the rank checks) or photos
   # epoch's "steady" line is the rate it settled on.
   local train="scripts/train_resnet.py --data $archive --val $val --size 224 --batch-size 256
     --max-steps $steps --workers 15 --print-every 0"
+  local one="env CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 python3"
+  local two="python3 -m torch.distributed.run --nproc-per-node=2"
   for arch in resnet18 resnet50; do
     for feed in data-on-gpu loader; do
       local flag="--epochs 2"; [ $feed = data-on-gpu ] && flag="--epochs 1 --data-on-gpu"
-      echo "== $kind $arch $feed, 1 GPU"
-      CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 python3 $train --arch $arch $flag \
-        --out-dir "$out/r" 2>&1 | grep '^steady' | sed "s/^/$kind $arch $feed 1 GPU: /"
-      cat "$out/r/metrics.jsonl" >> "$out/train-$kind.jsonl"; rm -rf "$out/r"
-      echo "== $kind $arch $feed, 2 GPUs"
-      python3 -m torch.distributed.run --nproc-per-node=2 $train --arch $arch $flag \
-        --out-dir "$out/r" 2>&1 | grep '^steady' | sed "s/^/$kind $arch $feed 2 GPUs: /"
-      cat "$out/r/metrics.jsonl" >> "$out/train-$kind.jsonl"; rm -rf "$out/r"
+      for gpus in 1 2; do
+        local launch=$one; [ $gpus = 2 ] && launch=$two
+        echo "== $kind $arch $feed, $gpus GPU(s)"
+        $launch $train --arch $arch $flag --out-dir "$out/r" 2>&1 | grep '^steady' \
+          | sed "s/^/$kind $arch $feed $gpus GPU(s): /"
+        cat "$out/r/metrics.jsonl" >> "$out/train-$kind.jsonl"; rm -rf "$out/r"
+      done
     done
   done
 }
