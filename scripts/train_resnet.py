@@ -22,6 +22,7 @@ import math
 import os
 import sys
 import time
+import traceback
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -340,6 +341,12 @@ def main(args) -> dict:
     device, ckpt = resolve(args)
     try:
         return run(args, device, ckpt)
+    except BaseException as error:
+        if dist.is_initialized():
+            # The traceback holds run()'s frames and so their locals, the DDP model among
+            # them: clear them, or the model outlives the group on the way out (see below).
+            traceback.clear_frames(error.__traceback__)
+        raise
     finally:
         if dist.is_initialized():
             leave_process_group()

@@ -136,3 +136,42 @@ def test_two_ranks_under_torchrun_share_what_the_host_has(tmp_path) -> None:
     assert f"on {device} x 2 rank(s)" in result.stdout, result.stdout[-2000:]
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["loader"]["batches"] == 3
+
+
+def test_a_failed_run_frees_its_ddp_model_before_leaving_the_group(script, monkeypatch, tmp_path):
+    """An error in training must not leave the DDP model to be freed after the process group:
+    its reducer would then free the group, which can deadlock with gloo's workers (torch 2.11).
+    The traceback of the error holds run()'s frame, so main() clears it first."""
+    import weakref
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    models = []
+
+    def failing_run(args, device, ckpt):
+        model = DistributedDataParallel(torch.nn.Linear(4, 2))
+        models.append(weakref.ref(model))
+        model(torch.zeros(3, 4)).sum().backward()  # the reducer has run a collective
+        raise RuntimeError("out of memory, say")
+
+    alive_when_left = []
+    destroy = dist.destroy_process_group
+
+    def recording_destroy(*a, **k):
+        alive_when_left.append(models[0]() is not None)
+        return destroy(*a, **k)
+
+    monkeypatch.setattr(script, "run", failing_run)
+    monkeypatch.setattr(dist, "destroy_process_group", recording_destroy)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        args = script.get_args_parser().parse_args(["--device", "cpu", "--out-dir",
+                                                    str(tmp_path / "run")])
+        with pytest.raises(RuntimeError, match="out of memory, say"):
+            script.main(args)
+    finally:
+        if dist.is_initialized():
+            destroy()
+    assert alive_when_left == [False]

@@ -145,7 +145,7 @@ def main(args) -> list[dict]:
     _table(rows)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"archive": archive, "bytes": size,
+        Path(args.out).write_text(json.dumps({"archive": args.archive, "bytes": size,
                                               "cores": os.cpu_count(), "rows": rows}, indent=1))
     return rows
 

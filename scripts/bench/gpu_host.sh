@@ -38,6 +38,9 @@ fi
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, torchvision, os; print('torch', torch.__version__, 'torchvision', torchvision.__version__, 'cores', os.cpu_count())"
+# The cores as the guest sees them (a VM may hide hyperthreads): rank rates depend on them.
+lscpu | grep -E '^(Model name|CPU\(s\)|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)):' \
+  | tr -s ' ' | paste -sd ';'
 quiet='nvjpeg2k\|nvtiff\|nvTIFF\|nvJPEG2000'  # nvImageCodec's notes about codecs we do not use
 data=${BENCH_DATA:-bench-data}
 mkdir -p "$data"
