@@ -49,3 +49,19 @@ def setup_distributed(use_cuda: bool = True) -> tuple[int, int, torch.device | N
                         "Fine for debugging; slow for training.", local_world, gpus, gpus)
     dist.init_process_group(backend)
     return dist.get_rank(), dist.get_world_size(), torch.device(device)
+
+
+def pin_local_rank_cores() -> list[int] | None:
+    """Under torchrun, keep this rank on its own contiguous share of the cores this process may
+    use (1/LOCAL_WORLD_SIZE of them); the loader's processes, started after, inherit it. Without
+    it the ranks' workers and readers all roam over all the cores. Returns the cores kept, or
+    None where there is nothing to split (one local rank, or fewer cores than ranks)."""
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    cores = sorted(os.sched_getaffinity(0))
+    share = len(cores) // max(1, local_world)
+    if local_world <= 1 or share == 0:
+        return None
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    mine = cores[local * share:(local + 1) * share]
+    os.sched_setaffinity(0, mine)
+    return mine

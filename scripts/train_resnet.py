@@ -36,7 +36,7 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # ranks.py, also when loaded by path
 from imageloader import ImageLoader, Normalize, configure_cuda_queues  # noqa: E402
-from ranks import setup_distributed  # noqa: E402
+from ranks import pin_local_rank_cores, setup_distributed  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 ARCHS = sorted(n for n in torchvision.models.list_models(module=torchvision.models) if "resne" in n)
@@ -73,6 +73,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     a("--workers", type=int, default=None, help="decode processes (default: this rank's share "
       "of the cores - 1; "
       "0 = decode in this process)")
+    a("--pin-cores", action="store_true", help="under torchrun: each rank and its loader "
+      "processes keep to their own 1/LOCAL_WORLD_SIZE of the cores")
     a("--decode", default="auto", choices=["cpu", "cuda", "auto"],
       help="JPEG decode: Pillow in the workers, on the GPU, or auto (the loader measures "
       "which feeds this model faster; CPU without CUDA)")
@@ -121,6 +123,12 @@ def resolve(args) -> tuple[torch.device, dict | None]:
     """Fill the device-dependent defaults in place; load the checkpoint if resuming."""
     wants_cuda = torch.cuda.is_available() and (args.device or "cuda").startswith("cuda")
     args.rank, args.world_size, rank_device = setup_distributed(use_cuda=wants_cuda)
+    if args.pin_cores:
+        args.cores = pin_local_rank_cores()  # before any loader starts its processes
+        if args.cores and args.workers is None:
+            # The loader's default divides the cores it may use among the local ranks: these
+            # are this rank's already.
+            args.workers = max(1, len(args.cores) - 1)
     if rank_device is not None:  # torchrun: this rank's device (ranks.py)
         args.device = str(rank_device)
     device = torch.device(args.device) if args.device else \

@@ -175,3 +175,28 @@ def test_a_failed_run_frees_its_ddp_model_before_leaving_the_group(script, monke
         if dist.is_initialized():
             destroy()
     assert alive_when_left == [False]
+
+
+@pytest.mark.parametrize("local_rank", [0, 1])
+def test_pin_cores_gives_each_local_rank_its_own_half(local_rank) -> None:
+    """ranks.pin_local_rank_cores in a process of its own: local rank r of 2 keeps the r-th
+    contiguous half of the cores it was allowed, and a process it starts inherits that."""
+    import os
+    import subprocess
+    import sys
+
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("needs 2 cores to split")
+    code = ("import os, subprocess, sys; from ranks import pin_local_rank_cores; "
+            "kept = pin_local_rank_cores(); "
+            "child = subprocess.run([sys.executable, '-c', 'import os; "
+            "print(sorted(os.sched_getaffinity(0)))'], capture_output=True, text=True); "
+            "print(kept); print(child.stdout.strip())")
+    env = dict(os.environ, LOCAL_WORLD_SIZE="2", LOCAL_RANK=str(local_rank),
+               PYTHONPATH=str(SCRIPT.parent))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=60, check=True).stdout.splitlines()
+    half = len(allowed) // 2
+    mine = allowed[local_rank * half:(local_rank + 1) * half]
+    assert out == [str(mine), str(mine)]
