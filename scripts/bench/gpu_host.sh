@@ -5,7 +5,7 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR bench     # both data sets, loader and training, ~6 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR overlap   # what overlaps: trace, copies, demos, ~3 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR ranks fixed   # 2-GPU host: exactly once, resume,
-#   bash scripts/bench/gpu_host.sh OUT_DIR ranks photos  # and 1 vs 2 GPUs, ~8 min each
+#   bash scripts/bench/gpu_host.sh OUT_DIR ranks photos  # and 1 vs 2 GPUs, ~5-7 min each
 #   bash scripts/bench/gpu_host.sh OUT_DIR remote    # one archive from disk and over HTTP, ~3 min
 # bench builds two 32,000-image archives (ImageNet-like 500x375, and varied photos with a
 # tail of large ones: make_imagenet_like.py --sizes), measures the inflate rate per core and
@@ -18,7 +18,7 @@
 # training crops' GPU time (bench_gpu_crop.py) and the stream demos.
 # ranks fixed: every image exactly once over 2 ranks for 2 epochs from one .tgz, and for one
 # from 16 shards, resume under 2 ranks (scripts/check_ranks.py); then, on either kind,
-# ResNet-18 and ResNet-50 from one .tgz with the default decode (2 epochs) and their
+# ResNet-18 and ResNet-50 from one .tgz with the default decode (3 epochs) and their
 # data-on-GPU ceilings (train_resnet.py --data-on-gpu), on 1 GPU and on 2: steady img/s after
 # 10 steps of each epoch. (The suite, `tests`, holds the second-GPU and distributed tests.)
 # remote: bench_remote.py on the photo archive, decoded as the default does, batches on the GPU
@@ -105,8 +105,10 @@ ranks() {  # one data kind per call: fixed (with the rank checks) or photos
       "$data/$kind-32000-shard-*.tgz" --epochs 1 --workers 15 --out "$out/ranks-shards.jsonl" \
       2>&1 | grep '^{'
   fi
-  # Each rank has 16 cores (the 1-GPU run is held to half the host) and the loader's defaults.
-  # The loader runs take 2 epochs: decode="auto"'s trial fills much of the first, so the second
+  # Each rank has its own 16 cores (the 1-GPU run is held to half the host; the 2 ranks are
+  # pinned, --pin-cores) and the loader's defaults. The loader runs take 3 epochs of 60 steps:
+  # decode="auto"'s trial, and the batches it handed out before it chose, fill the first two
+  # (2026-11-25: ResNet-18 still took 34-37 CPU-decoded batches in the second), so the third
   # epoch's "steady" line is the rate it settled on.
   local train="scripts/train_resnet.py --data $archive --val $val --size 224 --batch-size 256
     --max-steps $steps --workers 15 --print-every 0"
@@ -114,11 +116,12 @@ ranks() {  # one data kind per call: fixed (with the rank checks) or photos
   local two="python3 -m torch.distributed.run --nproc-per-node=2"
   for arch in resnet18 resnet50; do
     for feed in data-on-gpu loader; do
-      local flag="--epochs 2"; [ $feed = data-on-gpu ] && flag="--epochs 1 --data-on-gpu"
+      local flag="--epochs 3"; [ $feed = data-on-gpu ] && flag="--epochs 1 --data-on-gpu"
       for gpus in 1 2; do
-        local launch=$one; [ $gpus = 2 ] && launch=$two
+        local launch=$one pin=""
+        [ $gpus = 2 ] && launch=$two pin="--pin-cores"
         echo "== $kind $arch $feed, $gpus GPU(s)"
-        $launch $train --arch $arch $flag --out-dir "$out/r" 2>&1 | grep '^steady' \
+        $launch $train --arch $arch $flag $pin --out-dir "$out/r" 2>&1 | grep '^steady' \
           | sed "s/^/$kind $arch $feed $gpus GPU(s): /"
         cat "$out/r/metrics.jsonl" >> "$out/train-$kind.jsonl"; rm -rf "$out/r"
       done
