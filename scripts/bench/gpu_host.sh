@@ -49,7 +49,7 @@ tests() {
   # A test blocked in native code with the GIL held never sees pytest-timeout's signal (a CUDA
   # test hung so on the 2 x H100 host), and its thread method needs the GIL too: faulthandler
   # dumps every stack from C after 200 s in one test and ends the run.
-  python3 -m pytest -q -p no:cacheprovider --timeout 150 -o faulthandler_timeout=200 \
+  python3 -m pytest -q -rs -p no:cacheprovider --timeout 150 -o faulthandler_timeout=200 \
     -o faulthandler_exit_on_timeout=true 2>&1 | grep --line-buffered -v "$quiet" | tee "$out/pytest.log" | tail -30
 }
 
