@@ -79,6 +79,16 @@ def test_every_script_and_subcommand_exists_with_its_flags():
     assert checked >= 4
 
 
+def test_torchrun_lines_run_a_script_that_takes_their_flags():
+    """The README's torchrun commands: their script exists and parses the flags after it."""
+    lines = commands("torchrun")
+    assert lines
+    for argv in lines:
+        at = next(i for i, arg in enumerate(argv) if arg.endswith(".py"))
+        assert (REPO / argv[at]).is_file(), argv
+        load_script(REPO / argv[at]).get_args_parser().parse_args(argv[at + 1:])
+
+
 def test_install_lines_name_extras_that_exist():
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
