@@ -57,9 +57,11 @@ def pin_local_rank_cores() -> list[int] | None:
     it the ranks' workers and readers all roam over all the cores. Returns the cores kept, or
     None where there is nothing to split (one local rank, or fewer cores than ranks)."""
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if local_world <= 1:
+        return None
     cores = sorted(os.sched_getaffinity(0))
-    share = len(cores) // max(1, local_world)
-    if local_world <= 1 or share == 0:
+    share = len(cores) // local_world
+    if share == 0:
         return None
     local = int(os.environ.get("LOCAL_RANK", "0"))
     mine = cores[local * share:(local + 1) * share]
