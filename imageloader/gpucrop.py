@@ -13,6 +13,8 @@ axis, exactly roi_align's sampling (its edge rules included): an area filter on 
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import torch
 
@@ -25,6 +27,10 @@ except ImportError:  # torch wheels for CUDA ship Triton; elsewhere gpudecode us
     triton = None
 
 BLOCK = 256  # output pixels per program
+# Decode lanes launch from several threads; Triton compiles a kernel on its first launch and
+# caches it, and two threads compiling the same one at once is not a case it promises to
+# handle. A launch is a few tens of microseconds: one at a time costs nothing measurable.
+_LAUNCH = threading.Lock()
 TABLE_COLUMNS = 10
 
 
@@ -52,8 +58,9 @@ def crop_resize_flip(images: list, boxes: np.ndarray, slots: list[int],
     # Triton's interpreter (TRITON_INTERPRET=1, the CPU tests) takes the CPU tables as they are.
     ints, box = (small_to_device(part, out.device) for part in table)
     grid = (count, triton.cdiv(out_h * out_w, BLOCK))
-    _crop_kernel[grid](ints, box, out, out_h, out_w, channels, BLOCK=BLOCK,
-                       CHANNELS_POW2=triton.next_power_of_2(channels))
+    with _LAUNCH:
+        _crop_kernel[grid](ints, box, out, out_h, out_w, channels, BLOCK=BLOCK,
+                           CHANNELS_POW2=triton.next_power_of_2(channels))
 
 
 def image_geometry(image) -> tuple[int, int, int, int, int, int]:

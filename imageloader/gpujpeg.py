@@ -25,6 +25,12 @@ third of its time), and nobody wraps them in tensors (the crop kernel reads them
 gpucrop.image_geometry). torchvision's image decoding is deprecated since 0.29 (TorchCodec
 replaces it), so it comes last.
 
+nvImageCodec can be held to one engine: the GPU's hardware JPEG engines ("hw"; A100, H100,
+H200), CUDA kernels ("cuda") or its own choice per image ("all"). Where the GPU has engines the
+loader decodes with them alone (photos 12,200 img/s against 10,400 for "all", decoders alone,
+H200) and gives what they refuse to "all". Several decoders can work on different batches at
+once (`lanes`, Options.gpu_lanes); one is the default, for the reasons measured there.
+
 Every decoder works on the current CUDA stream: its outputs are ready in stream order, and
 nvImageCodec decodes into kept images only after the work queued before on that stream (its
 "pre-sync"), so the previous batch's crops have read them first.
@@ -32,6 +38,7 @@ nvImageCodec decodes into kept images only after the work queued before on that 
 from __future__ import annotations
 
 import ctypes
+import io
 import logging
 import os
 import sys
@@ -43,6 +50,9 @@ import torch
 
 log = logging.getLogger(__name__)
 DECODERS = ("nvimgcodec", "torchcodec", "torchvision")
+ENGINES = ("all", "hw", "cuda")
+CUDA_ENGINE_THREADS = 4
+DEFAULT_LANES: int | str = 1  # lanes cost ResNet-18 ~3 points on photos: see `lanes`
 _NVJPEG_WHEEL_LIBS = ("nvidia/cu13/lib/libnvjpeg.so.13", "nvidia/nvjpeg/lib/libnvjpeg.so.12")
 
 
@@ -93,7 +103,10 @@ class TorchCodecJpeg:
 
 
 class NvImageCodecJpeg:
-    """nvImageCodec's batched decoder with all its backends (hardware engines, CUDA, CPU).
+    """nvImageCodec's batched decoder, on one engine: "hw" (the GPU's hardware JPEG engines;
+    what they refuse is decoded again with every backend), "cuda" (CUDA kernels, Huffman
+    decoding on the GPU too, fed by a few CPU threads) or "all" (nvImageCodec's own choice
+    among hardware, CUDA and CPU backends, per image).
 
     The images of one call are kept and decoded into by the next (by position, largest JPEG
     first, so each kept buffer settles near the size its position needs: device memory stays
@@ -102,24 +115,43 @@ class NvImageCodecJpeg:
     name = "nvimgcodec"
     stream_ordered = True  # decodes after the work queued before on our stream (pre-sync)
 
-    def __init__(self, device: torch.device, mode: str, threads: int | None = None):
+    def __init__(self, device: torch.device, mode: str, threads: int | None = None,
+                 engine: str = "all"):
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
         _load_nvjpeg_wheel()
         from nvidia import nvimgcodec as nv
-        self.nv, self.device = nv, device
-        on_cpu = device.type != "cuda"  # the CPU backend (libjpeg-turbo): tests without a GPU
-        self.decoder = nv.Decoder(
-            device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY if on_cpu else device.index or 0,
-            max_num_cpu_threads=threads or 0,
-            backends=[nv.Backend(nv.CPU_ONLY)] if on_cpu else None,
-            # Replicated chroma samples: as torchvision's and DALI's GPU decode, and twice as
-            # fast on photos (the hardware engines do not interpolate).
-            options="nvjpeg_hw_decoder:fancy_upsampling=0 nvjpeg_cuda_decoder:fancy_upsampling=0")
+        self.nv, self.device, self.engine, self.mode = nv, device, engine, mode
+        self.decoder = self._make_decoder(engine, threads)
         gray = mode != "RGB"
         self.params = nv.DecodeParams(
             apply_exif_orientation=False,  # the packers sent rotated JPEGs to the CPU path
             color_spec=nv.ColorSpec.GRAY if gray else nv.ColorSpec.SRGB,
             sample_format=nv.SampleFormat.P_Y if gray else nv.SampleFormat.P_RGB)
         self.kept: list = []
+        self._fallback = None  # engine "hw": every backend, for what the engines refuse
+
+    def _make_decoder(self, engine: str, threads: int | None):
+        nv = self.nv
+        on_cpu = self.device.type != "cuda"  # the CPU backend (libjpeg-turbo): tests without a GPU
+        # Replicated chroma samples: as torchvision's and DALI's GPU decode, and twice as
+        # fast on photos (the hardware engines do not interpolate).
+        options = "nvjpeg_hw_decoder:fancy_upsampling=0 nvjpeg_cuda_decoder:fancy_upsampling=0"
+        backends = None
+        if on_cpu:
+            backends = [nv.Backend(nv.CPU_ONLY)]
+        elif engine == "hw":
+            backends = [nv.Backend(nv.HW_GPU_ONLY)]
+        elif engine == "cuda":
+            # Huffman decoding on the GPU as well (nvJPEG's GPU-hybrid backend): the CPU
+            # threads only feed it, so a lane of this kind costs ~4 cores, not ~12
+            # (bench_decoders.py, 2026-11-26).
+            backends = [nv.Backend(nv.HYBRID_CPU_GPU)]
+            options += " nvjpeg_cuda_decoder:hybrid_huffman_threshold=0"
+            threads = threads or CUDA_ENGINE_THREADS
+        return nv.Decoder(
+            device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY if on_cpu else self.device.index or 0,
+            max_num_cpu_threads=threads or 0, backends=backends, options=options)
 
     def decode(self, datas: list[np.ndarray]) -> list:
         streams = [self._code_stream(d) for d in datas]
@@ -129,7 +161,21 @@ class NvImageCodecJpeg:
         out: list = [None] * len(datas)
         for i, image in zip([i for i in order if streams[i] is not None], images):
             out[i] = image
+        if self.engine == "hw" and any(out[i] is None for i in range(len(out))
+                                       if streams[i] is not None):
+            self._decode_refused(streams, out)
         return out
+
+    def _decode_refused(self, streams: list, out: list) -> None:
+        """What the hardware engines refused (a layout they lack), once more with every
+        backend; new images, not kept ones: this is rare."""
+        if self._fallback is None:
+            self._fallback = self._make_decoder("all", None)
+        again = [i for i, image in enumerate(out) if image is None and streams[i] is not None]
+        images = self._fallback.decode([streams[i] for i in again], params=self.params,
+                                       cuda_stream=self._stream())
+        for i, image in zip(again, images):
+            out[i] = image
 
     def _code_stream(self, data: np.ndarray):
         try:
@@ -139,11 +185,13 @@ class NvImageCodecJpeg:
         except RuntimeError:  # this image alone goes elsewhere (GpuDecode retries, Pillow)
             return None
 
+    def _stream(self) -> int:
+        return torch.cuda.current_stream(self.device).cuda_stream \
+            if self.device.type == "cuda" else 0
+
     def _decode(self, streams: list) -> list:
         reuse = self.kept[:len(streams)] if len(self.kept) >= len(streams) else None
-        stream = torch.cuda.current_stream(self.device).cuda_stream \
-            if self.device.type == "cuda" else 0
-        images = self.decoder.decode(streams, params=self.params, cuda_stream=stream,
+        images = self.decoder.decode(streams, params=self.params, cuda_stream=self._stream(),
                                      **({"images": reuse} if reuse else {}))
         if reuse is None:  # first call, or a longer list: these become the kept ones (the
             # old ones are freed in stream order); a failed one leaves a gap until next time
@@ -188,3 +236,66 @@ def available(device: torch.device, mode: str, choice: str = "auto") -> list[Jpe
     for name, error in errors.items():
         log.info("imageloader: GPU JPEG decoder %s unavailable (%s)", name, error)
     return found
+
+
+def lanes(preferred: JpegDecoder, spec: int | str | None = None) -> list[JpegDecoder]:
+    """Decoders for the lanes of GPU decoding, each decoding its own batches at the same time
+    as the others (prefetch.Prefetcher(lanes=...)).
+
+    `spec`: None (one lane), a number of lanes, or the lanes spelled out as engines joined
+    by "+", each with its CPU threads if wanted: "hw+hw", "hw:2+hw:2", "hw+cuda:4". A number
+    alternates the hardware JPEG engines ("hw") and CUDA ("cuda") where the GPU has engines,
+    else takes nvImageCodec's own choice ("all"). TorchCodec and torchvision decode through
+    one handle per process (their calls from several threads take turns): one lane.
+
+    Measured on an H200 (bench_decoders.py and bench.py, 2026-11-26, batches of 256): the
+    decoders alone gain from lanes (photos 10,400 img/s with one, 14,800 with hw+hw+cuda;
+    ImageNet-like 22,800 and 32,500 with hw+hw), the loader alone a little (hw:2+hw:2:
+    11,300 against 10,200 photos, 21,700 against 19,400 ImageNet-like), and training does
+    not: ResNet-18 on photos 71-73% of its data-on-GPU rate with two lanes against 74-76%
+    with one, and a CUDA lane beside the engines slowed the loader (7,200-8,500 photos/s).
+    So one lane is the default: the engines, which the loader keeps busy already."""
+    if not isinstance(preferred, NvImageCodecJpeg) or preferred.device.type != "cuda":
+        _lane_kinds(spec, True)  # a bad spec is an error here too
+        if spec not in (None, 1):
+            log.info("imageloader: %s decodes in one lane", preferred.name)
+        return [preferred]
+    kinds = _lane_kinds(spec, has_jpeg_engines(preferred))
+    return [NvImageCodecJpeg(preferred.device, preferred.mode, threads=threads, engine=kind)
+            for kind, threads in kinds]
+
+
+def _lane_kinds(spec: int | str | None, engines: bool) -> list[tuple[str, int | None]]:
+    """[(engine, CPU threads or None)] for each lane of `spec` (see `lanes`)."""
+    if spec is None:
+        spec = DEFAULT_LANES
+    if isinstance(spec, str) and not spec.isdigit():
+        kinds = []
+        for part in spec.split("+"):
+            engine, _, threads = part.partition(":")
+            if engine not in ENGINES or (threads and not threads.isdigit()):
+                raise ValueError(f"gpu_lanes: {part!r} is not an engine of {ENGINES} with "
+                                 f"optional ':threads' (e.g. 'hw+hw', 'hw:2+cuda:4')")
+            kinds.append((engine, int(threads) if threads else None))
+        return kinds
+    count = int(spec)
+    if count < 1:
+        raise ValueError(f"gpu_lanes must be >= 1, got {spec!r}")
+    if not engines:
+        return [("all", None)] * count
+    return [(("hw", "cuda")[k % 2], None) for k in range(count)]
+
+
+def has_jpeg_engines(decoder: NvImageCodecJpeg) -> bool:
+    """Whether the GPU decodes JPEG in hardware (A100, H100, H200...; not most others):
+    decode one small JPEG with the engines alone and see."""
+    from PIL import Image
+    probe = io.BytesIO()
+    Image.new("RGB", (64, 48), (200, 30, 90)).save(probe, "JPEG", quality=90)
+    try:
+        hw = NvImageCodecJpeg(decoder.device, decoder.mode, engine="hw")
+        image = hw._decode([hw._code_stream(np.frombuffer(probe.getvalue(), np.uint8))])[0]
+    except Exception as error:  # no such backend on this GPU or in this nvImageCodec
+        log.info("imageloader: no hardware JPEG decoding here (%s)", error)
+        return False
+    return image is not None

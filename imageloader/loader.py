@@ -35,7 +35,7 @@ from .decode import ALLOWED_FORMATS, Augment, Decoder, JpegPacker
 from .epoch import EpochIterator, GpuStep, OnDevice, host_piece
 from .errors import Limits, check_policy
 from .gpudecode import GpuDecode, Packed
-from .gpujpeg import available as gpu_jpeg_decoders
+from .gpujpeg import available as gpu_jpeg_decoders, lanes as gpu_lanes
 from .index import file_stamp
 from .plan import Plan, Position, Settings, check_resume, cores, make_plan
 from .pool import BufferPool
@@ -89,6 +89,12 @@ class Options:
     gpu_decoder: str = "auto"           # decode="cuda": "nvimgcodec", "torchcodec",
                                         # "torchvision", or "auto": the first of those
                                         # installed (the fastest measured, gpujpeg.py)
+    gpu_lanes: int | str | None = None  # decode="cuda": GPU decoders at work on different
+                                        # batches at once, a number or engines spelled out
+                                        # ("hw:2+hw:2"); None: one (gpujpeg.lanes)
+    cpu_large: int | None = None        # decode="cuda": images of at least this many
+                                        # pixels are decoded by the packers on the CPU
+                                        # (DCT-scaled), not by the GPU's JPEG engines
     gpu_crop: str = "auto"              # decode="cuda", training crops: "triton" (one
                                         # kernel per batch, gpucrop.py), "roi_align"
                                         # (torchvision ops), "auto": triton where it runs
@@ -209,16 +215,20 @@ class ImageLoader:
             # and on the GPU host 8 readers were needed to inflate ~15k images/s. A trial of
             # CPU decoding (decode="auto") needs as many packers as the CPU path has workers:
             # a multiple of 8, so that 8 readers feed them evenly.
-            self.workers = -(-self.workers // 8) * 8 if trial else min(8, self.workers)
+            decodes_too = trial or options.cpu_large
+            self.workers = -(-self.workers // 8) * 8 if decodes_too else min(8, self.workers)
         # The device step must not refer back to the loader: a reference cycle would leave
         # CUDA objects for the garbage collector, which may then run in a forked child.
         if self.decode == "cuda":
-            self._gpu = GpuDecode(self.decoder, self.normalize, self.device, jpeg,
-                                  crop=options.gpu_crop)
+            # One GpuDecode per lane: each has its decoder, its kept images and its side
+            # stream, and works on a batch of its own (prefetch.py keeps them in order).
+            self._gpu = [GpuDecode(self.decoder, self.normalize, self.device, [lane],
+                                   crop=options.gpu_crop)
+                         for lane in gpu_lanes(jpeg[0], options.gpu_lanes)]
             self.prefetcher = Prefetcher((), self.device, prefetch=max(prefetch, 1),
-                                         item_transform=GpuStep(self._gpu), threaded=True,
-                                         stall_timeout=options.timeout)
-            self._fill = JpegPacker(self.decoder)
+                                         lanes=[GpuStep(gpu) for gpu in self._gpu],
+                                         threaded=True, stall_timeout=options.timeout)
+            self._fill = JpegPacker(self.decoder, cpu_pixels=options.cpu_large)
             self.cpu_share = share_control(options.cpu_share, trial=trial)
         else:
             self._gpu = None
@@ -361,7 +371,9 @@ class ImageLoader:
         pin = self.device if self.device.type == "cuda" else None
         # GPU decode: the prefetcher's collecting thread holds up to 3 more filled buffers
         # (2 queued, 1 being submitted) that the workers must not go without.
-        slots = self.prefetch + 2 + self.workers + (3 if self._gpu is not None else 0)
+        # Threaded (GPU decoding): 2 more wait to be submitted and one is in each lane.
+        slots = self.prefetch + 2 + self.workers + \
+            (2 + len(self._gpu) if self._gpu is not None else 0)
         arena = self.batch_size * ARENA_PER_IMAGE if self._gpu is not None else 0
         return BufferPool(slots, self.batch_size, self.decoder.out_shape, pin_device=pin,
                           shared=self.workers > 0, arena_bytes=arena)
@@ -413,11 +425,15 @@ class ImageLoader:
 
     @property
     def decode_name(self) -> str:
-        """Where and with what images are decoded, e.g. "cuda (nvimgcodec, crops: triton)"."""
+        """Where and with what images are decoded, e.g.
+        "cuda (nvimgcodec, lanes: hw+cuda+hw, crops: triton)"."""
         if self._gpu is None:
             return "cpu (Pillow)"
-        crops = f", crops: {self._gpu.crop}" if self.train else ""
-        return f"cuda ({self._gpu.jpeg.name}{crops})"
+        first = self._gpu[0]
+        lanes = "+".join(getattr(gpu.jpeg, "engine", gpu.jpeg.name) for gpu in self._gpu)
+        lanes = f", lanes: {lanes}" if len(self._gpu) > 1 else ""
+        crops = f", crops: {first.crop}" if self.train else ""
+        return f"cuda ({first.jpeg.name}{lanes}{crops})"
 
     def __enter__(self) -> "ImageLoader":
         return self

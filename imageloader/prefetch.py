@@ -155,11 +155,13 @@ class _Staging:
     def __init__(self, device: torch.device, slots: int, max_classes: int = 4):
         self.device, self.slots, self.max_classes = device, slots, max_classes
         self._pools: collections.OrderedDict[int, BufferPool] = collections.OrderedDict()
+        self._lock = threading.Lock()  # several lanes may stage at once
 
     def stage(self, tensor: torch.Tensor) -> tuple[torch.Tensor, Release]:
         nbytes = tensor.numel() * tensor.element_size()
-        pool = self._pool_for(size_class(nbytes))
-        buf = pool.lease()
+        with self._lock:
+            pool = self._pool_for(size_class(nbytes))
+            buf = pool.lease()
         pinned = buf.images.view(-1)[:nbytes].view(tensor.dtype).view(tensor.shape)
         pinned.copy_(tensor)  # host memcpy into page-locked memory (pageable cannot overlap)
         return pinned, lambda event: pool.release(buf, after=event)
@@ -246,11 +248,19 @@ class Prefetcher:
     def __init__(self, source: Iterable, device: str | torch.device | None = None, *,
                  prefetch: int = 2, item_transform: Callable[[Any], Any] | None = None,
                  staging_slots: int | None = None, threaded: bool = False,
-                 priority: int = 0, stall_timeout: float | None = None):
+                 priority: int = 0, stall_timeout: float | None = None,
+                 lanes: list[Callable[[Any], Any]] | None = None):
         if prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {prefetch}")
+        if lanes is not None and (item_transform is not None or not threaded or not lanes):
+            raise ValueError("lanes are item transforms of the threaded prefetch stage: "
+                             "give at least one, with threaded=True and no item_transform")
         self.source, self.device, self.prefetch = source, resolve_device(device), prefetch
-        self.item_transform = item_transform
+        # lanes: item transforms that run side by side, each in a submit thread of its own
+        # with a side stream of its own (GPU decoders: no single blocking call is the
+        # ceiling); batches still come out in the order the source gave them.
+        self.lanes = list(lanes) if lanes is not None else [item_transform]
+        self._lane = threading.local()  # which lane the calling submit thread is
         # threaded: submit (copy + transform) from a background thread, so heavy device-side
         # transforms (GPU decoding: thousands of small kernel launches per batch) overlap the
         # training loop's own launches instead of adding to them.
@@ -263,7 +273,7 @@ class Prefetcher:
         # device's range). A high priority lets the block scheduler start our few small
         # kernels between a training kernel's blocks instead of after the whole kernel.
         self.priority = priority
-        self._side: torch.cuda.Stream | None = None
+        self._sides: dict[int, torch.cuda.Stream] = {}
         # Benchmarks set record_waits: then each hand-over records (before, after) events on
         # the consumer stream around its wait, i.e. the copy time the consumer was exposed to.
         self.record_waits = False
@@ -274,14 +284,25 @@ class Prefetcher:
     def __len__(self) -> int:
         return len(self.source)  # type: ignore[arg-type]
 
+    @property
+    def item_transform(self) -> Callable[[Any], Any] | None:
+        """The first lane's transform (the only one unless lanes were given)."""
+        return self.lanes[0]
+
+    @item_transform.setter
+    def item_transform(self, transform: Callable[[Any], Any] | None) -> None:
+        self.lanes = [transform]  # one lane from now on
+
     def __iter__(self) -> Iterator[Any]:
         return self.run((item, None) for item in self.source)
 
     @property
     def side_stream(self) -> torch.cuda.Stream:
-        if self._side is None:
-            self._side = torch.cuda.Stream(device=self.device, priority=self.priority)  # once
-        return self._side
+        """The side stream of the calling thread's lane (lane 0 outside submit threads)."""
+        lane = getattr(self._lane, "index", 0)
+        if lane not in self._sides:  # once per lane, not per epoch (timm's #2781)
+            self._sides[lane] = torch.cuda.Stream(device=self.device, priority=self.priority)
+        return self._sides[lane]
 
     def run(self, pairs: Iterable[tuple[Any, Release | None]]) -> Iterator[Any]:
         """Core loop over (host_item, release) pairs; `release(event)` frees host memory."""
@@ -335,49 +356,64 @@ class Prefetcher:
             in_flight.clear()  # abandoned early: the pools already wait on these copies' events
 
     def _run_threaded(self, pairs) -> Iterator[Any]:
-        # Two threads: one takes host items from `pairs` (for the loader: waiting on workers,
-        # assigning buffers), the other submits copies and device transforms. nvJPEG holds
+        # One thread takes host items from `pairs` (for the loader: waiting on workers,
+        # assigning buffers), one per lane submits copies and device transforms. nvJPEG holds
         # its caller until the decode is done, so with one thread collecting waited for
-        # decoding and decoding for collecting.
+        # decoding and decoding for collecting; with one lane, each decode waited for the last.
+        # Items are numbered as collected; a lane takes the next one when it is free (a slow
+        # lane beside a fast one adds its rate) and the consumer hands them out in order.
+        # `room` bounds what is taken and not yet handed out: prefetch batches ready and one
+        # in each lane, however far the fast lanes run ahead of a slow one.
         collected: queue.Queue = queue.Queue(maxsize=2)
-        jobs: queue.Queue = queue.Queue(maxsize=self.prefetch)
+        jobs: queue.Queue = queue.Queue()
+        room = threading.Semaphore(self.prefetch + len(self.lanes))
         stop = threading.Event()
-        busy = _Busy()
-        threads = [
-            threading.Thread(target=self._collect_all, args=(iter(pairs), collected, stop),
-                             name="imageloader-collect", daemon=True),
-            threading.Thread(target=self._submit_all, args=(collected, jobs, stop, busy),
-                             name="imageloader-prefetch", daemon=True)]
-        for thread in threads:
+        busy = [_Busy() for _ in self.lanes]
+        lanes = [threading.Thread(target=self._submit_all,
+                                  args=(k, collected, jobs, room, stop, busy[k]),
+                                  name="imageloader-prefetch" + (f"-{k}" if k else ""),
+                                  daemon=True) for k in range(len(self.lanes))]
+        collect = threading.Thread(target=self._collect_all,
+                                   args=(iter(pairs), collected, stop),
+                                   name="imageloader-collect", daemon=True)
+        for thread in [collect, *lanes]:
             thread.start()
-        stalled = False
+        stalled, waiting, number = False, {}, 0
         try:
             while True:
-                try:
-                    job = self._next_job(jobs, busy)
-                except TimeoutError:
-                    stalled = True
-                    raise
+                while number not in waiting:
+                    try:
+                        done, job = self._next_job(jobs, busy)
+                    except TimeoutError:
+                        stalled = True
+                        raise
+                    if done is None:  # a lane failed outside any item's device work
+                        raise job
+                    waiting[done] = job
+                job = waiting.pop(number)
+                number += 1
                 if job is _END:
                     return
                 if isinstance(job, BaseException):
                     raise job
+                room.release()  # handed out: a lane may take the next item
                 yield self._hand_over(job)
         finally:
             stop.set()
             patience = 0.0 if stalled else self.stall_timeout
-            if self._drain_until_ended(threads, (jobs, collected), patience) \
+            ended = [self._drain_until_ended(thread, jobs, patience) for thread in lanes]
+            if all(ended) and self._drain_until_ended(collect, collected, patience, True) \
                     and hasattr(pairs, "close"):
                 pairs.close()  # only now: a generator cannot be closed while another runs it
 
-    def _next_job(self, jobs: queue.Queue, busy: "_Busy") -> Any:
-        """The prefetch thread's next job. Waiting on the source is not bounded here (the
-        loader bounds it: Options.timeout); one batch's device work is, by stall_timeout."""
+    def _next_job(self, jobs: queue.Queue, busy: list["_Busy"]) -> Any:
+        """The next (number, job) a lane finished. Waiting on the source is not bounded here
+        (the loader bounds it: Options.timeout); one batch's device work is, by stall_timeout."""
         while True:
             try:
                 return jobs.get(timeout=1.0)
             except queue.Empty:
-                stuck = busy.seconds()
+                stuck = max(lane.seconds() for lane in busy)
                 if self.stall_timeout is not None and stuck > self.stall_timeout:
                     _dump_stacks()  # where it is stuck: the error alone would not say
                     raise TimeoutError(
@@ -386,49 +422,63 @@ class Prefetcher:
                         f"threads are on stderr") from None
 
     @staticmethod
-    def _drain_until_ended(threads, queues, patience: float | None) -> bool:
-        """Release what the threads still hand over until they end; False if one is still
-        running after `patience` seconds (None: no limit) of being stopped: stuck in device
-        work. It is a daemon thread: left behind, with a warning."""
-        for thread, q in zip(reversed(threads), queues):
-            started = time.monotonic()
-            while thread.is_alive() or not q.empty():  # unblock its put(), then join
-                with contextlib.suppress(queue.Empty):
-                    _release_unsubmitted(q.get(timeout=0.05))
-                if patience is not None and thread.is_alive() \
-                        and time.monotonic() - started > patience:
-                    warnings.warn(f"imageloader: {thread.name} did not end within "
-                                  f"{patience:.0f} s of being stopped; left behind",
-                                  RuntimeWarning, stacklevel=3)
-                    return False
+    def _drain_until_ended(thread, q: queue.Queue, patience: float | None,
+                           unsubmitted: bool = False) -> bool:
+        """Take what the thread still hands over until it ends (collected items, never
+        submitted: their host buffers go back); False if it is still running after
+        `patience` seconds (None: no limit) of being stopped: stuck in device work. It is a
+        daemon thread: left behind, with a warning."""
+        started = time.monotonic()
+        while thread.is_alive() or not q.empty():  # unblock its put(), then join
+            with contextlib.suppress(queue.Empty):
+                _, item = q.get(timeout=0.05)
+                if unsubmitted:
+                    _release_unsubmitted(item)
+            if patience is not None and thread.is_alive() \
+                    and time.monotonic() - started > patience:
+                warnings.warn(f"imageloader: {thread.name} did not end within "
+                              f"{patience:.0f} s of being stopped; left behind",
+                              RuntimeWarning, stacklevel=4)
+                return False
         return True
 
     @staticmethod
     def _collect_all(pairs, collected: queue.Queue, stop: threading.Event) -> None:
+        number = 0
         try:
             for pair in pairs:
-                if not _put_unless(collected, pair, stop):
+                if not _put_unless(collected, (number, pair), stop):
                     _release_unsubmitted(pair)
                     return
-            _put_unless(collected, _END, stop)
+                number += 1
         except BaseException as error:  # handed on to the consumer, raised in its loop
-            _put_unless(collected, error, stop)
+            _put_unless(collected, (number, error), stop)
+            return
+        _put_unless(collected, (number, _END), stop)
 
-    def _submit_all(self, collected: queue.Queue, jobs: queue.Queue,
-                    stop: threading.Event, busy: "_Busy") -> None:
+    def _submit_all(self, lane: int, collected: queue.Queue, jobs: queue.Queue,
+                    room: threading.Semaphore, stop: threading.Event, busy: "_Busy") -> None:
+        self._lane.index = lane
+        number = None
         try:
             while not stop.is_set():
-                with contextlib.suppress(queue.Empty):
-                    pair = collected.get(timeout=0.1)
-                    if pair is _END or isinstance(pair, BaseException):
-                        _put_unless(jobs, pair, stop)
-                        return
-                    with busy:
-                        job = self._submit(*pair)
-                    if not _put_unless(jobs, job, stop):
-                        return
-        except BaseException as error:
-            _put_unless(jobs, error, stop)
+                if not room.acquire(timeout=0.1):
+                    continue
+                try:
+                    number, pair = collected.get(timeout=0.1)
+                except queue.Empty:
+                    room.release()
+                    continue
+                if pair is _END or isinstance(pair, BaseException):
+                    jobs.put((number, pair))
+                    _put_unless(collected, (number, pair), stop)  # the other lanes end too
+                    return
+                with busy:
+                    job = self._submit(*pair)
+                jobs.put((number, job))
+                number = None
+        except BaseException as error:  # raised in the consumer's loop, at this item's turn
+            jobs.put((number, error))
 
     def _submit(self, item: Any, release: Release | None) -> _InFlight:
         releases = [release] if release is not None else []
@@ -497,7 +547,8 @@ class Prefetcher:
         return event
 
     def _transform(self, item: Any) -> Any:
-        return self.item_transform(item) if self.item_transform is not None else item
+        transform = self.lanes[getattr(self._lane, "index", 0)]
+        return transform(item) if transform is not None else item
 
     def close(self) -> None:
         self.wait_events.clear()

@@ -20,7 +20,7 @@ from imageloader.batch import FALLBACK, batch_layout, views_of
 from imageloader.decode import Augment, Decoder, JpegPacker, gpu_screen
 from imageloader.errors import Limits
 from imageloader.gpudecode import GpuDecode, Packed, choose_crop
-from imageloader.gpujpeg import DECODERS, available
+from imageloader.gpujpeg import DECODERS, ENGINES, NvImageCodecJpeg, available, has_jpeg_engines
 from imageloader.pool import BufferPool
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -75,6 +75,25 @@ def test_packer_packs_bytes_and_decodes_the_rest_on_the_cpu():
     assert bytes(batch.arena[batch.offsets[2]:][:len(jpeg)]) == jpeg
     assert (batch.images[1] == 70).all()
     assert packer.take_fallbacks() == {"not_jpeg": 1, "arena_full": 1}
+
+
+def test_cpu_large_decodes_the_large_images_on_the_cpu_and_packs_the_rest():
+    """Options.cpu_large: images of at least that many pixels are the packers' to decode
+    (exactly as the CPU path: same seed, same crop), the others go to the GPU as bytes."""
+    cpu = Decoder(Augment.make(16, True))
+    layout = batch_layout(3, cpu.out_shape, arena_bytes=1 << 20)
+    batch = views_of(bytearray(layout.nbytes), layout)
+    packer = JpegPacker(cpu, cpu_pixels=200 * 150)
+    small, exact, large = photo(1, (64, 48)), photo(2, (200, 150)), photo(3, (320, 240))
+    packer.start(batch)
+    for slot, data in enumerate((small, exact, large)):
+        packer.fill(batch, slot, data, 10 + slot)
+    assert batch.lengths[0] == len(small) and batch.lengths[1:].tolist() == [0, 0]
+    for slot, data in ((1, exact), (2, large)):
+        expected = np.empty(cpu.out_shape, np.uint8)
+        cpu(data, expected, 10 + slot)
+        assert np.array_equal(batch.images[slot], expected)
+    assert packer.take_fallbacks() == {"cpu_large": 2}
 
 
 def test_a_refused_image_clears_what_the_slot_held_in_the_last_batch():
@@ -432,21 +451,95 @@ def test_every_gpu_decoder_matches_the_cpu_path(name, train):
     assert FALLBACK + "gpu_refused" not in stage.take_counts()  # all decoded on the GPU
 
 
+def nvimgcodec_engine(engine: str):
+    """nvImageCodec on one engine of this GPU, or a skip saying why not."""
+    if "nvimgcodec" not in gpu_decoders_here():
+        pytest.skip("nvimgcodec is not installed here")
+    decoder = NvImageCodecJpeg(torch.device("cuda"), "RGB", engine=engine)
+    if engine == "hw" and not has_jpeg_engines(decoder):
+        pytest.skip("this GPU has no hardware JPEG engines")
+    return decoder
+
+
 @cuda
-@pytest.mark.parametrize("name", DECODERS)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_each_nvimgcodec_engine_matches_the_cpu_path(engine):
+    """The lanes' engines (hardware, CUDA with Huffman on the GPU, nvImageCodec's choice) on
+    sizes up to 5 MP, every subsampling and grayscale, through the whole GPU stage."""
+    files = varied_jpegs()
+    cpu_side = Augment.make(224, True)
+    buf, cpu = packed_batch(files, cpu_side, arena=32 << 20)
+    reference = GpuDecode(cpu, None, torch.device("cpu"), cpu_jpeg_decoder(),
+                          crop="roi_align")(Packed(buf))[0]
+    stage = GpuDecode(cpu, None, torch.device("cuda"), [nvimgcodec_engine(engine)])
+    for _ in range(2):  # the second time into the images it kept
+        images, labels = stage(Packed(buf))
+        torch.cuda.synchronize()
+        assert labels.tolist() == list(range(len(files)))
+        for slot in range(len(files)):
+            ours, theirs = images[slot].cpu().int(), reference[slot].int()
+            assert (ours - theirs).abs().float().mean() <= 4.0, (engine, slot)
+    assert FALLBACK + "gpu_refused" not in stage.take_counts()
+
+
+@cuda
+def test_the_hardware_lane_decodes_what_the_engines_refuse_with_the_other_backends():
+    """The engines take baseline JPEGs only; a progressive one reaching them (the packers
+    route those to the CPU, a lane must not depend on it) is decoded by every backend."""
+    decoder = nvimgcodec_engine("hw")
+    files = [photo(1, (120, 90)), encode(Image.open(io.BytesIO(photo(2, (96, 64), fmt="PNG"))),
+                                         "JPEG", progressive=True, quality=90)]
+    images = decoder.decode([np.frombuffer(data, np.uint8) for data in files])
+    torch.cuda.synchronize()
+    for data, image in zip(files, images):
+        assert image is not None
+        ours = np.asarray(torch.as_tensor(image, device="cuda").cpu()).astype(int)
+        pillow = np.asarray(Image.open(io.BytesIO(data)).convert("RGB")).transpose(2, 0, 1)
+        # Chroma replicated (the engines') against Pillow's interpolation, at sharp colour
+        # edges: ~5.6 levels on average for the 120x90 one (H200); a wrong image is ~60.
+        assert ours.shape == pillow.shape and np.abs(ours - pillow).mean() <= 10.0
+
+
+@cuda
+def test_lanes_give_the_same_batches_as_one_lane(tmp_path):
+    """Three lanes decoding different batches at once: the same batches in the same order as
+    one lane (evaluation: archive order), every image once, pixels within the decoders'
+    difference; the stats name the lanes."""
+    files = [(f"t/c{k % 4}/{k}.jpg", photo(k, (96 + 8 * (k % 5), 72))) for k in range(80)]
+    path = write_archive(tmp_path / "a.tgz", files)
+    got = {}
+    for lanes in (1, 3):
+        with cuda_loader(path, "cuda", train=False, options=Options(gpu_lanes=lanes)) as loader:
+            assert len(loader._gpu) == lanes
+            for _ in range(2):
+                got[lanes] = [(x.cpu(), y.cpu()) for x, y in loader]
+                assert loader.stats.fallbacks["gpu_decoded"] == 80
+            if lanes == 3 and "nvimgcodec" in loader.stats.decode:
+                assert "lanes: " in loader.stats.decode, loader.stats.decode
+    assert [len(y) for _, y in got[1]] == [8] * 10
+    for (a, la), (b, lb) in zip(got[1], got[3]):
+        assert torch.equal(la, lb)
+        assert (a.int() - b.int()).abs().float().mean() <= 2.0
+
+
+@cuda
+@pytest.mark.parametrize("name", DECODERS + ("nvimgcodec:hw", "nvimgcodec:cuda"))
 def test_a_busy_gpu_never_lets_the_next_decode_overwrite_images_before_their_crops(name):
     """nvImageCodec decodes each batch into the images it kept from the last one. With the
     side stream busy (a long kernel queued first), batch A's crops wait behind it; batch B's
     decode, submitted right after, must wait for them (stream order), or A's crops would read
-    B's pixels. The result must equal what an idle GPU gives."""
-    if name not in gpu_decoders_here():
-        pytest.skip(f"{name} is not installed here")
+    B's pixels. The result must equal what an idle GPU gives. Also for each lane engine."""
     device = torch.device("cuda")
+    if ":" in name:
+        decoders = [nvimgcodec_engine(name.split(":")[1])]
+    elif name not in gpu_decoders_here():
+        pytest.skip(f"{name} is not installed here")
+    else:
+        decoders = available(device, "RGB", name)
     files_a = [photo(seed, (320 + 8 * seed, 240)) for seed in range(8)]
     files_b = [photo(100 + seed, (320 + 8 * seed, 240)) for seed in range(8)]
     augment = Augment.make(64, True)
     (buf_a, cpu), (buf_b, _) = packed_batch(files_a, augment), packed_batch(files_b, augment)
-    decoders = available(device, "RGB", name)
     idle = GpuDecode(cpu, None, device, decoders)
     expected_a = idle(Packed(buf_a))[0].clone()
     expected_b = idle(Packed(buf_b))[0].clone()
@@ -491,15 +584,16 @@ def test_drop_last_batches_stay_full_when_an_image_fails_both_decoders(tmp_path,
     files = labeled_files(3, 7)
     files = files[:5] + [("t/c01/cut.jpg", cut)] + files[5:]
     path = write_archive(tmp_path / "a.tgz", files)
-    with cuda_loader(path, "cuda", drop_last=True, train=False, workers=workers) as loader:
-        jpeg = loader._gpu.jpeg
-        decode = jpeg.decode
-
-        def refusing(datas):
+    def refusing(decode):
+        def decode_all_but_the_cut_one(datas):
             ok = [d for d in datas if len(d) != len(cut)]
             decoded = iter(decode(ok) if ok else [])
             return [None if len(d) == len(cut) else next(decoded) for d in datas]
-        monkeypatch.setattr(jpeg, "decode", refusing)
+        return decode_all_but_the_cut_one
+
+    with cuda_loader(path, "cuda", drop_last=True, train=False, workers=workers) as loader:
+        for lane in loader._gpu:
+            monkeypatch.setattr(lane.jpeg, "decode", refusing(lane.jpeg.decode))
         for _ in range(2):
             with pytest.warns(UserWarning, match="skipped 1 member"):
                 batches = [(x.cpu(), y.cpu()) for x, y in loader]

@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 from conftest import encode, photo
-from imageloader.gpujpeg import DECODERS, available
+from imageloader.gpujpeg import DECODERS, ENGINES, NvImageCodecJpeg, available, lanes
 
 try:
     from nvidia import nvimgcodec  # noqa: F401
@@ -101,3 +101,34 @@ def test_auto_prefers_nvimgcodec_then_torchcodec_then_torchvision():
     assert DECODERS == ("nvimgcodec", "torchcodec", "torchvision")
     if HAS_NVIMGCODEC:
         assert names[0] == "nvimgcodec"
+
+
+@nvimgcodec_cpu
+def test_a_hardware_lane_decodes_what_the_engines_refused_with_every_backend(monkeypatch):
+    """The engines refuse layouts they lack (None at that position); those images are decoded
+    once more by a decoder with every backend, in one call, into the same positions."""
+    decoder = NvImageCodecJpeg(CPU, "RGB", engine="hw")  # on the CPU: libjpeg-turbo inside
+    files = [jpeg(k, (40 + 8 * k, 30)) for k in range(4)]
+    first = decoder._decode
+
+    def engines_refuse_the_odd_ones(streams):
+        images = first(streams)
+        return [None if stream.width in (48, 64) else image
+                for stream, image in zip(streams, images)]
+    monkeypatch.setattr(decoder, "_decode", engines_refuse_the_odd_ones)
+    images = decoder.decode([as_array(d) for d in files])
+    assert decoder._fallback is not None
+    for data, image in zip(files, images):
+        assert np.abs(np.asarray(image).astype(int) - pillow_chw(data)).max() <= 1
+    assert decoder.decode([as_array(b"not a jpeg" * 8)]) == [None]  # nothing to retry
+
+
+@nvimgcodec_cpu
+def test_lanes_are_one_off_the_gpu_and_their_settings_are_checked():
+    preferred = nvimgcodec_on_cpu()
+    assert lanes(preferred) == [preferred] and lanes(preferred, 1) == [preferred]
+    with pytest.raises(ValueError, match="gpu_lanes must be >= 1"):
+        lanes(preferred, 0)
+    with pytest.raises(ValueError, match="engine must be one of"):
+        NvImageCodecJpeg(CPU, "RGB", engine="nvjpg")
+    assert ENGINES == ("all", "hw", "cuda")

@@ -106,6 +106,29 @@ def test_integrity_with_a_slow_consumer(depth, threaded):
     pool.close()
 
 
+def slow_first_lane(prefetcher):
+    """Lane 0 sleeps ~20 ms on its side stream, the other lanes return at once."""
+    def transform(item):
+        if prefetcher._lane.index == 0:
+            torch.cuda._sleep(40_000_000)
+        return item[0].float(), item[1]
+    return transform
+
+
+@cuda
+@pytest.mark.parametrize("lanes", [2, 3])
+def test_lanes_on_their_own_streams_keep_every_batch_intact_and_in_order(lanes):
+    """Each lane submits on a side stream of its own; a slow lane's batch is handed out at its
+    turn, and the consumer's stream waits for that lane's stream, not another's."""
+    pool = BufferPool(2 + lanes + 3, 64, (32, 32, 3), pin_device=torch.device("cuda"))
+    prefetcher = Prefetcher((), "cuda", prefetch=2, threaded=True, lanes=[None] * lanes)
+    prefetcher.lanes = [slow_first_lane(prefetcher)] * lanes
+    assert torch.equal(read_all(prefetcher, numbered_batches(pool, 30)), expected(30))
+    assert len({id(stream) for stream in prefetcher._sides.values()}) == lanes
+    assert pool.in_use() == 0
+    pool.close()
+
+
 @cuda
 @pytest.mark.parametrize("threaded", [False, True])
 def test_integrity_with_a_slow_side_stream(threaded):
@@ -398,10 +421,12 @@ def test_a_repeated_batch_is_recorded_on_the_stream_it_is_used_on(tmp_path, monk
         assert next(it, None) is None
 
 
-def threaded_on_the_host(submit, stall_timeout: float) -> Prefetcher:
+def threaded_on_the_host(submit, stall_timeout: float | None, lanes: int = 1,
+                         prefetch: int = 2) -> Prefetcher:
     """The threaded prefetch stage with its device work replaced: its threads and waits run
     on any machine (the CUDA tests above run the real device work)."""
-    prefetcher = Prefetcher((), "cpu", threaded=True, stall_timeout=stall_timeout)
+    prefetcher = Prefetcher((), "cpu", threaded=True, stall_timeout=stall_timeout,
+                            prefetch=prefetch, lanes=[None] * lanes)
     prefetcher._submit = submit
     prefetcher._hand_over = lambda job: job
     return prefetcher
@@ -439,3 +464,65 @@ def test_a_slow_source_is_not_a_stall():
 
     prefetcher = threaded_on_the_host(lambda item, release: item, stall_timeout=0.5)
     assert list(prefetcher._run_threaded(slow_pairs())) == [0, 1, 2]
+
+
+def test_lanes_hand_items_out_in_order_and_each_does_its_share():
+    """A slow lane beside fast ones: the fast ones take the items it cannot (so they add their
+    rate), the consumer still gets 0, 1, 2, ... and never more than prefetch + lanes items are
+    taken and not yet handed out."""
+    lanes, prefetch, taken, given = 3, 2, [], []
+    by_lane = collections.Counter()
+    most = [0]
+
+    def submit(item, release):
+        lane = prefetcher._lane.index
+        taken.append(item)
+        most[0] = max(most[0], len(taken) - len(given))
+        time.sleep(0.03 if lane == 0 else 0.002)
+        by_lane[lane] += 1
+        return item
+
+    prefetcher = threaded_on_the_host(submit, stall_timeout=None, lanes=lanes,
+                                      prefetch=prefetch)
+    for item in prefetcher._run_threaded((i, None) for i in range(60)):
+        given.append(item)
+        time.sleep(0.005)  # a consumer slower than the fast lanes: they must not run away
+    assert given == list(range(60))
+    assert set(by_lane) == {0, 1, 2} and by_lane[0] < by_lane[1] + by_lane[2]
+    # Room is given back as an item is handed out, a moment before `given` sees it: + 1.
+    assert most[0] <= prefetch + lanes + 1
+
+
+def test_a_lanes_error_is_raised_at_its_items_turn_and_unsubmitted_items_go_back():
+    released, closed = [], []
+
+    def submit(item, release):
+        if item == 4:
+            raise RuntimeError("device step failed on item 4")
+        time.sleep(0.01 if prefetcher._lane.index == 0 else 0.001)
+        return item
+
+    def pairs():
+        try:
+            for i in range(50):
+                yield i, (lambda event, i=i: released.append(i))
+        finally:
+            closed.append(True)
+
+    prefetcher = threaded_on_the_host(submit, stall_timeout=None, lanes=2)
+    got = []
+    with pytest.raises(RuntimeError, match="item 4"):
+        for item in prefetcher._run_threaded(pairs()):
+            got.append(item)
+    assert got == [0, 1, 2, 3]
+    assert closed == [True]
+    # Items collected but never submitted went back (the replaced submit releases nothing).
+    assert released and min(released) > 4 and len(set(released)) == len(released)
+    assert not any(t.name.startswith("imageloader-") for t in threading.enumerate())
+
+
+def test_lanes_need_the_threaded_stage():
+    with pytest.raises(ValueError, match="threaded"):
+        Prefetcher((), "cpu", lanes=[None, None])
+    with pytest.raises(ValueError, match="item_transform"):
+        Prefetcher((), "cpu", threaded=True, lanes=[None], item_transform=lambda x: x)

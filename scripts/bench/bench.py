@@ -52,6 +52,12 @@ def get_args_parser() -> argparse.ArgumentParser:
                         "(make_imagenet_like.py --sizes)")
     p.add_argument("--gpu-decoder", default="auto",
                    help="Options.gpu_decoder for ours with decode=cuda")
+    p.add_argument("--gpu-lanes", default="auto",
+                   help="comma-separated Options.gpu_lanes for ours with decode=cuda or auto "
+                        "(a count or engines like hw+hw+cuda; auto: the default, None)")
+    p.add_argument("--cpu-large", default="none",
+                   help="comma-separated Options.cpu_large (pixels; none: off) for ours with "
+                        "GPU decoding")
     p.add_argument("--models", default="resnet50", help="comma-separated torchvision models")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--steps", type=int, default=60, help="timed steps per recipe")
@@ -159,11 +165,13 @@ def ceiling_batches(args, classes: int):
 
 
 def our_loader(archive, args, prefetch: int, decode: str = "cpu", options=None,
-               **kw) -> ImageLoader:
+               lanes: str = "auto", large: str = "none", **kw) -> ImageLoader:
     from imageloader import Options
     workers = args.workers if decode == "cpu" else None  # GPU decode: a few packers suffice
     options = options or Options()
-    options = dataclasses.replace(options, gpu_decoder=args.gpu_decoder)
+    options = dataclasses.replace(options, gpu_decoder=args.gpu_decoder,
+                                  gpu_lanes=None if lanes == "auto" else lanes,
+                                  cpu_large=None if large == "none" else int(float(large)))
     return ImageLoader(archive, batch_size=args.batch_size, train=True, size=224,
                        device="cuda", workers=workers, prefetch=prefetch, drop_last=True,
                        decode=decode, options=options, **kw)
@@ -179,10 +187,27 @@ def exposed_copy_ms(loader) -> float | None:
     return times[len(times) // 2]
 
 
-def run_ours(trainer, archive, args, prefetch: int, model: str, decode: str = "cpu") -> dict:
-    with our_loader(archive, args, prefetch, decode) as loader:
+def variants(args, decode: str) -> list[tuple[str, str]]:
+    """(gpu_lanes, cpu_large) pairs to run for a decode mode: one for the CPU path."""
+    if decode == "cpu":
+        return [("auto", "none")]
+    return [(lanes, large) for lanes in args.gpu_lanes.split(",")
+            for large in args.cpu_large.split(",")]
+
+
+def variant_label(decode: str, lanes: str, large: str) -> str:
+    if decode == "cpu":
+        return ""
+    return (f", lanes {lanes}" if lanes != "auto" else "") + (
+        f", cpu_large {large}" if large != "none" else "")
+
+
+def run_ours(trainer, archive, args, prefetch: int, model: str, decode: str = "cpu",
+             lanes: str = "auto", large: str = "none") -> dict:
+    with our_loader(archive, args, prefetch, decode, lanes=lanes, large=large) as loader:
         loader.prefetcher.record_waits = True
-        label = f"ours {decode} decode, prefetch={prefetch}"
+        label = f"ours {decode} decode, prefetch={prefetch}" + variant_label(decode, lanes,
+                                                                              large)
         if args.trace and (prefetch in (0, 2) if decode == "cpu" else True):
             kind = "" if decode == "cpu" else f"-{decode}"
             trace_steps(trainer, loader,
@@ -231,12 +256,33 @@ def memory_in_use() -> dict:
     return out
 
 
-def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = None) -> dict:
+def cpu_seconds() -> tuple[float, float]:
+    """CPU seconds (user + system) used so far by this process, and by it with its live
+    children (readers, packers); zeros without psutil. Over a timed window the differences
+    say how many cores the loader kept busy, and how many of them in this process."""
+    try:
+        import psutil
+        me = psutil.Process()
+        mine = sum(me.cpu_times()[:2])
+        children = 0.0
+        for child in me.children(recursive=True):
+            try:
+                children += sum(child.cpu_times()[:2])
+            except psutil.Error:  # gone meanwhile
+                pass
+        return mine, mine + children
+    except Exception:
+        return 0.0, 0.0
+
+
+def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = None,
+                     lanes: str = "auto", large: str = "none") -> dict:
     from imageloader import Options
     options = Options(readers=readers)
     torch.cuda.synchronize()
     before = memory_in_use()
-    with our_loader(archive, args, prefetch=2, decode=decode, options=options) as loader:
+    with our_loader(archive, args, prefetch=2, decode=decode, options=options,
+                    lanes=lanes, large=large) as loader:
         # The first epoch in full (its rate includes the wait for the first batch), then the
         # steady state: `warmup` batches of the next epochs untimed, then timed.
         t_first, n = time.perf_counter(), 0
@@ -250,20 +296,25 @@ def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = N
         for _ in range(args.warmup):
             next(it)
         torch.cuda.synchronize()
-        t0, n = time.perf_counter(), 0
+        cpu0, t0, n = cpu_seconds(), time.perf_counter(), 0
         while time.perf_counter() - t0 < min(args.max_seconds, 20):
             images, labels = next(it)
             n += len(labels)
         torch.cuda.synchronize()
-        rate = n / (time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
+        rate = n / seconds
+        cores = [round((b - a) / seconds, 1) for a, b in zip(cpu0, cpu_seconds())]
         memory = {k: round(v - before.get(k, 0), 2) for k, v in memory_in_use().items()}
         workers, readers, regions = loader.workers, loader.stats.readers, loader.stats.regions
-        decoder = loader.decode_name
+        decoder, fallbacks = loader.decode_name, dict(loader.stats.fallbacks)
     name = f"ours loader alone, {decode} decode, {readers} reader(s)" + (
-        f" in {regions} regions" if regions else ", one stream")
+        f" in {regions} regions" if regions else ", one stream") + variant_label(
+        decode, lanes, large)
     print(f"{name:32s} {rate:9.0f} img/s  first epoch {first_epoch:.0f} img/s, first batch "
-          f"{first_batch_s:.2f} s  {decoder} {memory}", flush=True)
+          f"{first_batch_s:.2f} s  {decoder} {memory}, cores: this process {cores[0]}, "
+          f"all {cores[1]}", flush=True)
     return {"recipe": name, "img_per_s": rate, "first_epoch_img_per_s": first_epoch,
+            "cores_this_process": cores[0], "cores_all": cores[1], "fallbacks": fallbacks,
             "workers": workers, "readers": readers, "regions": regions,
             "first_batch_s": first_batch_s, "decoder": decoder, "memory_gb": memory}
 
@@ -512,7 +563,9 @@ def main(args) -> dict:
     if "loader" in recipes:
         for decode in args.decode.split(","):
             # The default (readers in regions of the archive) against one reader of one stream.
-            results["loader"].append(run_loader_alone(archive, args, decode))
+            for lanes, large in variants(args, decode):
+                results["loader"].append(run_loader_alone(archive, args, decode, lanes=lanes,
+                                                          large=large))
             if "loader-one-stream" in recipes:
                 results["loader"].append(run_loader_alone(archive, args, decode, readers=1))
         if shards and importlib.util.find_spec("webdataset"):
@@ -530,8 +583,10 @@ def main(args) -> dict:
                 rows.append(run_ours(trainer, archive, args, depth, model))
                 save(results, args.out)
             for decode in [d for d in args.decode.split(",") if d != "cpu"]:
-                rows.append(run_ours(trainer, archive, args, 2, model, decode))
-                save(results, args.out)
+                for lanes, large in variants(args, decode):
+                    rows.append(run_ours(trainer, archive, args, 2, model, decode, lanes,
+                                         large))
+                    save(results, args.out)
         import gc
         gc.collect()  # nothing of ours may be collected inside a forked DataLoader worker
         if shards and "peer-shards" in recipes:

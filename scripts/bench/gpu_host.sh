@@ -7,6 +7,9 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR ranks fixed   # 2-GPU host: exactly once, resume,
 #   bash scripts/bench/gpu_host.sh OUT_DIR ranks photos  # and 1 vs 2 GPUs, ~5-7 min each
 #   bash scripts/bench/gpu_host.sh OUT_DIR remote    # one archive from disk and over HTTP, ~3 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR decoders  # GPU JPEG decoders alone, lanes, ~4 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR lanes photos  # GPU decoding in 1 lane vs the
+#   bash scripts/bench/gpu_host.sh OUT_DIR lanes fixed   # default lanes, ~4-5 min each
 # bench builds two 32,000-image archives (ImageNet-like 500x375, and varied photos with a
 # tail of large ones: make_imagenet_like.py --sizes), measures the inflate rate per core and
 # the plain copy (bench_inflate.py), then on each archive: the loader alone (its first epoch and
@@ -138,8 +141,41 @@ remote() {
     | tee "$out/remote.log" | tail -12
 }
 
+decoders() {  # the decoders alone on 8,192 images of each kind, batches of 256
+  local fast="fancy=0/reuse=1/tensors=0" rows
+  rows="nvimgcodec/$fast,nvimgcodec/backends=hw/$fast,nvimgcodec/backends=hybrid/$fast"
+  rows="$rows,nvimgcodec/threads=2/$fast,nvimgcodec/threads=3/$fast"
+  rows="$rows,nvimgcodec/threads=2/backends=hw|hw/$fast"
+  rows="$rows,nvimgcodec/threads=2/backends=default|hybrid/$fast"
+  rows="$rows,nvimgcodec/threads=3/backends=default|hybrid|hybrid/cpu=7/$fast"
+  rows="$rows,nvimgcodec/threads=2/backends=default|hybrid/cpu=8/$fast/opts=nvjpeg_cuda_decoder:hybrid_huffman_threshold=0"
+  rows="$rows,nvimgcodec/backends=hw0.65+hybrid/$fast,nvimgcodec/backends=hw~+hybrid~/$fast"
+  rows="${DECODER_ROWS:-$rows}"
+  for kind in photos fixed; do
+    local archive="$data/$kind-8192.tgz"
+    [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes "$kind" --images 8192 \
+        --out "$archive" | tail -1
+    python3 $here/bench_decoders.py --archive "$archive" --images 8192 --rows "$rows" \
+      --check 8 --out "$out/decoders-$kind.json" 2>&1 | grep --line-buffered -v "$quiet" \
+      | cut -c1-400
+  done
+}
+
+lanes() {  # one data kind per call: loader alone and ResNet-18/50, GPU decoding in 1 lane
+  # and in the default lanes (Options.gpu_lanes), 16,000 images (62 batches an epoch)
+  local kind=${1:-photos} archive
+  archive="$data/$kind-16000.tgz"
+  [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes "$kind" --images 16000 \
+      --out "$archive" | tail -1
+  python3 $here/bench.py --archive "$archive" --shards 0 --models resnet18,resnet50 \
+    --recipes ceiling,ours,loader --decode cuda --gpu-lanes 1,auto --prefetch 2 --warmup 100 \
+    --steps 60 --max-seconds 12 --out "$out/lanes-$kind.json" 2>&1 \
+    | grep --line-buffered -v "$quiet" | tee "$out/lanes-$kind.log" | tail -16
+}
+
 case "$part" in
-  tests|bench|overlap|remote) "$part" ;;
+  tests|bench|overlap|remote|decoders) "$part" ;;
+  lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
-  *) echo "unknown part '$part': tests, bench, overlap, remote or ranks" >&2; exit 2 ;;
+  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders or ranks" >&2; exit 2 ;;
 esac
