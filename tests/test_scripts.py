@@ -177,3 +177,23 @@ def test_bench_inflate_measures_every_inflater_and_the_copy(monkeypatch, tmp_pat
     assert ceiling["first_epoch_img_per_s_on_16_cores"] == pytest.approx(
         16 * ceiling["inflate_img_per_s_per_core"], rel=0.01)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tgz", "a.tgz.classes.json"]
+
+
+def test_bench_dali_runs_dalis_recipe_on_the_extracted_archive(monkeypatch, tmp_path):
+    """The DALI peer (scripts/bench/bench_dali.py) on the CPU: the .tgz is extracted once
+    beside it, DALI reads the class folders, and batches come out at the recipe's shape with
+    labels of the archive's classes. Skipped where DALI is not installed (CI: it is ~200 MB)."""
+    pytest.importorskip("nvidia.dali")
+    archive = tmp_path / "digits-train.tgz"
+    archive.write_bytes((DATA_DIR / "digits-train.tgz").read_bytes())
+    bench_dali = load_script("bench_dali", monkeypatch)
+    args = bench_dali.get_args_parser().parse_args(
+        ["--archive", str(archive), "--device", "cpu", "--models", "", "--batch-size", "8",
+         "--threads", "1", "--warmup", "2", "--max-seconds", "0.5"])
+    root = bench_dali.extracted(str(archive))
+    images, labels = next(bench_dali.dali_batches(root, args, None))
+    assert tuple(images.shape) == (8, 3, 224, 224) and labels.dtype.is_floating_point is False
+    classes = sorted(p.name for p in root.iterdir())
+    assert 0 <= int(labels.min()) and int(labels.max()) < len(classes) == 10
+    results = bench_dali.main(args)
+    assert results["classes"] == 10 and results["loader"][0]["img_per_s"] > 0

@@ -327,7 +327,10 @@ def pil_rows(datas, procs: int) -> list[dict]:
 
 def loaded_nvjpeg() -> list[str]:
     with open("/proc/self/maps") as maps:
-        return sorted({line.split()[-1] for line in maps if "nvjpeg" in line})
+        paths = {line.split()[-1] for line in maps if "nvjpeg" in line}
+    # Relative to the working directory where they lie under it (no machine paths in results).
+    return sorted(os.path.relpath(p) if p.startswith(os.getcwd() + os.sep) else p
+                  for p in paths)
 
 
 def main(args) -> list[dict]:

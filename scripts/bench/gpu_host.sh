@@ -8,6 +8,8 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR ranks photos  # and 1 vs 2 GPUs, ~5-7 min each
 #   bash scripts/bench/gpu_host.sh OUT_DIR remote    # one archive from disk and over HTTP, ~3 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR decoders  # GPU JPEG decoders alone, lanes, ~4 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR dali photos   # NVIDIA DALI beside ours, same
+#   bash scripts/bench/gpu_host.sh OUT_DIR dali fixed    # archive and host, ~5 min each
 #   bash scripts/bench/gpu_host.sh OUT_DIR lanes photos  # GPU decoding in 1 lane vs the
 #   bash scripts/bench/gpu_host.sh OUT_DIR lanes fixed   # default lanes, ~4-5 min each
 # bench builds two 32,000-image archives (ImageNet-like 500x375, and varied photos with a
@@ -173,8 +175,37 @@ lanes() {  # one data kind per call: loader alone and ResNet-18/50, GPU decoding
     | grep --line-buffered -v "$quiet" | tee "$out/lanes-$kind.log" | tail -16
 }
 
+dali() {  # DALI (bench_dali.py) and ours (bench.py, the defaults) on one 16,000-image archive
+  # DALI's wheel (~200 MB) travels in parts: a tar of it and its small dependencies, split into
+  # pieces of <= 45 MB under .cache/dali/p0, p1, ... (one carried per call, the machine kept
+  # warm); they are joined and installed here, beside the wheels of .whl/ (not into their
+  # folder: pip --target replaces the shared "nvidia" folder). DALI finds nvImageCodec beside
+  # itself, hence the link.
+  local kind=${1:-photos} archive site="$PWD/.cache/dali-site"
+  archive="$data/$kind-16000.tgz"
+  if [ ! -d "$site/nvidia/dali" ] && compgen -G ".cache/dali/p*/part*" > /dev/null; then
+    cat $(ls .cache/dali/p*/part* | sort -t t -k 2 -n) > .cache/dali/wheels.tar
+    sha256sum .cache/dali/wheels.tar
+    mkdir -p .cache/dali/w && tar xf .cache/dali/wheels.tar -C .cache/dali/w
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .cache/dali/w/*.whl
+    rm -f "$site/nvidia/__init__.py"
+    ln -sfn "$PWD/.cache/site/nvidia/nvimgcodec" "$site/nvidia/nvimgcodec"
+  fi
+  export PYTHONPATH="$PYTHONPATH:$site"
+  [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes "$kind" --images 16000 \
+      --out "$archive" | tail -1
+  python3 $here/bench_dali.py --archive "$archive" --models resnet18,resnet50 --warmup 100 \
+    --steps 80 --out "$out/dali-$kind.json" 2>&1 | grep --line-buffered -v "$quiet" \
+    | grep -v "^Note:\|Failed to load" | tee "$out/dali-$kind.log" | tail -8
+  python3 $here/bench.py --archive "$archive" --shards 0 --models resnet18,resnet50 \
+    --recipes ceiling,ours,loader --decode auto --warmup 100 --steps 80 --max-seconds 12 \
+    --out "$out/ours-$kind.json" 2>&1 | grep --line-buffered -v "$quiet" \
+    | tee "$out/ours-$kind.log" | tail -9
+}
+
 case "$part" in
   tests|bench|overlap|remote|decoders) "$part" ;;
+  dali) dali "${3:-photos}" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
   *) echo "unknown part '$part': tests, bench, overlap, remote, decoders or ranks" >&2; exit 2 ;;
