@@ -50,8 +50,9 @@ import torch
 
 log = logging.getLogger(__name__)
 DECODERS = ("nvimgcodec", "torchcodec", "torchvision")
-ENGINES = ("all", "hw", "cuda")
+ENGINES = ("all", "hw", "cuda", "hybrid")
 CUDA_ENGINE_THREADS = 4
+HYBRID_ENGINE_THREADS = 8
 DEFAULT_LANES: int | str = 1  # lanes cost ResNet-18 ~3 points on photos: see `lanes`
 _NVJPEG_WHEEL_LIBS = ("nvidia/cu13/lib/libnvjpeg.so.13", "nvidia/nvjpeg/lib/libnvjpeg.so.12")
 
@@ -105,8 +106,9 @@ class TorchCodecJpeg:
 class NvImageCodecJpeg:
     """nvImageCodec's batched decoder, on one engine: "hw" (the GPU's hardware JPEG engines;
     what they refuse is decoded again with every backend), "cuda" (CUDA kernels, Huffman
-    decoding on the GPU too, fed by a few CPU threads) or "all" (nvImageCodec's own choice
-    among hardware, CUDA and CPU backends, per image).
+    decoding on the GPU too, fed by a few CPU threads), "hybrid" (Huffman decoding on CPU
+    threads, the rest in CUDA) or "all" (nvImageCodec's own choice among hardware, CUDA and
+    CPU backends, per image).
 
     The images of one call are kept and decoded into by the next (by position, largest JPEG
     first, so each kept buffer settles near the size its position needs: device memory stays
@@ -149,6 +151,9 @@ class NvImageCodecJpeg:
             backends = [nv.Backend(nv.HYBRID_CPU_GPU)]
             options += " nvjpeg_cuda_decoder:hybrid_huffman_threshold=0"
             threads = threads or CUDA_ENGINE_THREADS
+        elif engine == "hybrid":  # Huffman on CPU threads, the rest in CUDA (DALI's 35%)
+            backends = [nv.Backend(nv.HYBRID_CPU_GPU)]
+            threads = threads or HYBRID_ENGINE_THREADS
         return nv.Decoder(
             device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY if on_cpu else self.device.index or 0,
             max_num_cpu_threads=threads or 0, backends=backends, options=options)

@@ -523,7 +523,7 @@ def test_lanes_give_the_same_batches_as_one_lane(tmp_path):
 
 
 @cuda
-@pytest.mark.parametrize("name", DECODERS + ("nvimgcodec:hw", "nvimgcodec:cuda"))
+@pytest.mark.parametrize("name", DECODERS + tuple(f"nvimgcodec:{e}" for e in ENGINES[1:]))
 def test_a_busy_gpu_never_lets_the_next_decode_overwrite_images_before_their_crops(name):
     """nvImageCodec decodes each batch into the images it kept from the last one. With the
     side stream busy (a long kernel queued first), batch A's crops wait behind it; batch B's

@@ -131,4 +131,4 @@ def test_lanes_are_one_off_the_gpu_and_their_settings_are_checked():
         lanes(preferred, 0)
     with pytest.raises(ValueError, match="engine must be one of"):
         NvImageCodecJpeg(CPU, "RGB", engine="nvjpg")
-    assert ENGINES == ("all", "hw", "cuda")
+    assert ENGINES == ("all", "hw", "cuda", "hybrid")
