@@ -53,7 +53,7 @@ DECODERS = ("nvimgcodec", "torchcodec", "torchvision")
 ENGINES = ("all", "hw", "cuda", "hybrid")
 CUDA_ENGINE_THREADS = 4
 HYBRID_ENGINE_THREADS = 8
-DEFAULT_LANES: int | str = 1  # lanes cost ResNet-18 ~3 points on photos: see `lanes`
+DEFAULT_LANES: int | str = 1  # more lanes cost ResNet-18 0-9 points on photos: see `lanes`
 _NVJPEG_WHEEL_LIBS = ("nvidia/cu13/lib/libnvjpeg.so.13", "nvidia/nvjpeg/lib/libnvjpeg.so.12")
 
 
@@ -255,19 +255,28 @@ def lanes(preferred: JpegDecoder, spec: int | str | None = None) -> list[JpegDec
 
     Measured on an H200 (bench_decoders.py and bench.py, 2026-11-26, batches of 256): the
     decoders alone gain from lanes (photos 10,400 img/s with one, 14,800 with hw+hw+cuda;
-    ImageNet-like 22,800 and 32,500 with hw+hw), the loader alone a little (hw:2+hw:2:
-    11,300 against 10,200 photos, 21,700 against 19,400 ImageNet-like), and training does
-    not: ResNet-18 on photos 71-73% of its data-on-GPU rate with two lanes against 74-76%
-    with one, and a CUDA lane beside the engines slowed the loader (7,200-8,500 photos/s).
-    So one lane is the default: the engines, which the loader keeps busy already."""
+    ImageNet-like 22,800 and 32,700 with hw+hw), the loader alone a little (hw:2+hw:2:
+    11,300 against 10,200 photos, 21,700 against 19,400 ImageNet-like; hw+hybrid 11,700
+    against 10,000 on ~12 cores), and training does not: ResNet-18 on photos lost 0-5
+    points of its data-on-GPU rate with two hw lanes and 9 with a hybrid one, and a CUDA
+    lane beside the engines slowed even the loader (7,200-9,000 photos/s). So one lane is
+    the default: the engines (scripts/bench/results/2026-11-26-h200-lanes/)."""
     if not isinstance(preferred, NvImageCodecJpeg) or preferred.device.type != "cuda":
-        _lane_kinds(spec, True)  # a bad spec is an error here too
+        check_lanes(spec)  # a bad spec is an error here too
         if spec not in (None, 1):
             log.info("imageloader: %s decodes in one lane", preferred.name)
         return [preferred]
     kinds = _lane_kinds(spec, has_jpeg_engines(preferred))
     return [NvImageCodecJpeg(preferred.device, preferred.mode, threads=threads, engine=kind)
             for kind, threads in kinds]
+
+
+def check_lanes(spec: int | str | None) -> None:
+    """Options.gpu_lanes must be None, a count >= 1 or engines joined by "+" (see `lanes`)."""
+    if isinstance(spec, bool) or not isinstance(spec, (int, str, type(None))):
+        raise ValueError(f"gpu_lanes must be None, a count or engines like 'hw+hw', got "
+                         f"{spec!r}")
+    _lane_kinds(spec, True)
 
 
 def _lane_kinds(spec: int | str | None, engines: bool) -> list[tuple[str, int | None]]:

@@ -35,7 +35,7 @@ from .decode import ALLOWED_FORMATS, Augment, Decoder, JpegPacker
 from .epoch import EpochIterator, GpuStep, OnDevice, host_piece
 from .errors import Limits, check_policy
 from .gpudecode import GpuDecode, Packed
-from .gpujpeg import available as gpu_jpeg_decoders, lanes as gpu_lanes
+from .gpujpeg import available as gpu_jpeg_decoders, check_lanes, lanes as gpu_lanes
 from .index import file_stamp
 from .plan import Plan, Position, Settings, check_resume, cores, make_plan
 from .pool import BufferPool
@@ -192,6 +192,12 @@ class ImageLoader:
         self.options = options = options or Options()
         check_policy("on_error", options.on_error)
         check_policy("unknown_labels", options.unknown_labels)
+        if options.cpu_large is not None and (not isinstance(options.cpu_large, int) or
+                                              isinstance(options.cpu_large, bool) or
+                                              options.cpu_large < 1):
+            raise ValueError(f"cpu_large must be None or a number of pixels >= 1, got "
+                             f"{options.cpu_large!r}")
+        check_lanes(options.gpu_lanes)  # errors whatever the decode, as cpu_share's
         self.sources = tuple(expand_sources(source, options.remote))
         share_scans(self.sources, limits=options.limits, inflate=options.inflate)
         self.batch_size, self.train, self.seed, self.drop_last = batch_size, train, seed, drop_last

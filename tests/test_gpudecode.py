@@ -298,6 +298,12 @@ def test_decode_choice_on_a_cpu_device(labeled_archive):
         ImageLoader(labeled_archive, device="cpu", decode="cuda", workers=0)
     with pytest.raises(ValueError, match="decode"):
         ImageLoader(labeled_archive, device="cpu", decode="gpu", workers=0)
+    for bad in (0, -5, 1.5, True):  # checked whatever the decode, as cpu_share
+        with pytest.raises(ValueError, match="cpu_large must be"):
+            ImageLoader(labeled_archive, device="cpu", workers=0, options=Options(cpu_large=bad))
+    for bad in (0, "hw+nvjpg", "hw:x", 2.0, True):
+        with pytest.raises(ValueError, match="gpu_lanes"):
+            ImageLoader(labeled_archive, device="cpu", workers=0, options=Options(gpu_lanes=bad))
 
 
 @pytest.mark.skipif(not has_triton(), reason="needs Triton")
