@@ -204,9 +204,10 @@ dali() {  # DALI (bench_dali.py) and ours (bench.py, the defaults) on one 16,000
 }
 
 case "$part" in
+  none) ;;  # the wheels of .whl/ installed, nothing run (a first call before others)
   tests|bench|overlap|remote|decoders) "$part" ;;
   dali) dali "${3:-photos}" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
-  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders or ranks" >&2; exit 2 ;;
+  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks or none" >&2; exit 2 ;;
 esac
