@@ -438,7 +438,7 @@ class Prefetcher:
                     and time.monotonic() - started > patience:
                 warnings.warn(f"imageloader: {thread.name} did not end within "
                               f"{patience:.0f} s of being stopped; left behind",
-                              RuntimeWarning, stacklevel=4)
+                              RuntimeWarning, stacklevel=3)
                 return False
         return True
 

@@ -10,8 +10,8 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR decoders  # GPU JPEG decoders alone, lanes, ~4 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR dali photos   # NVIDIA DALI beside ours, same
 #   bash scripts/bench/gpu_host.sh OUT_DIR dali fixed    # archive and host, ~5 min each
-#   bash scripts/bench/gpu_host.sh OUT_DIR lanes photos  # GPU decoding in 1 lane vs the
-#   bash scripts/bench/gpu_host.sh OUT_DIR lanes fixed   # default lanes, ~4-5 min each
+#   bash scripts/bench/gpu_host.sh OUT_DIR lanes photos  # GPU decoding in one lane (the
+#   bash scripts/bench/gpu_host.sh OUT_DIR lanes fixed   # default) vs two, ~4-5 min each
 # bench builds two 32,000-image archives (ImageNet-like 500x375, and varied photos with a
 # tail of large ones: make_imagenet_like.py --sizes), measures the inflate rate per core and
 # the plain copy (bench_inflate.py), then on each archive: the loader alone (its first epoch and
@@ -163,14 +163,14 @@ decoders() {  # the decoders alone on 8,192 images of each kind, batches of 256
   done
 }
 
-lanes() {  # one data kind per call: loader alone and ResNet-18/50, GPU decoding in 1 lane
-  # and in the default lanes (Options.gpu_lanes), 16,000 images (62 batches an epoch)
+lanes() {  # one data kind per call: loader alone and ResNet-18/50, GPU decoding in one
+  # lane (the default) and in two on the JPEG engines (Options.gpu_lanes), 16,000 images
   local kind=${1:-photos} archive
   archive="$data/$kind-16000.tgz"
   [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes "$kind" --images 16000 \
       --out "$archive" | tail -1
   python3 $here/bench.py --archive "$archive" --shards 0 --models resnet18,resnet50 \
-    --recipes ceiling,ours,loader --decode cuda --gpu-lanes 1,auto --prefetch 2 --warmup 100 \
+    --recipes ceiling,ours,loader --decode cuda --gpu-lanes auto,hw:2+hw:2 --prefetch 2 --warmup 100 \
     --steps 60 --max-seconds 12 --out "$out/lanes-$kind.json" 2>&1 \
     | grep --line-buffered -v "$quiet" | tee "$out/lanes-$kind.log" | tail -16
 }
