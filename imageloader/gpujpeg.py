@@ -266,9 +266,16 @@ def lanes(preferred: JpegDecoder, spec: int | str | None = None) -> list[JpegDec
         if spec not in (None, 1):
             log.info("imageloader: %s decodes in one lane", preferred.name)
         return [preferred]
-    kinds = _lane_kinds(spec, has_jpeg_engines(preferred))
-    return [NvImageCodecJpeg(preferred.device, preferred.mode, threads=threads, engine=kind)
-            for kind, threads in kinds]
+    probed = _engines_decoder(preferred.device, preferred.mode)
+    made = []
+    for kind, threads in _lane_kinds(spec, probed is not None):
+        if kind == "hw" and threads is None and probed is not None:
+            made.append(probed)  # the probe's decoder is the first engines lane: made once
+            probed = None
+        else:
+            made.append(NvImageCodecJpeg(preferred.device, preferred.mode, threads=threads,
+                                         engine=kind))
+    return made
 
 
 def check_lanes(spec: int | str | None) -> None:
@@ -301,15 +308,20 @@ def _lane_kinds(spec: int | str | None, engines: bool) -> list[tuple[str, int | 
 
 
 def has_jpeg_engines(decoder: NvImageCodecJpeg) -> bool:
-    """Whether the GPU decodes JPEG in hardware (A100, H100, H200...; not most others):
-    decode one small JPEG with the engines alone and see."""
+    """Whether the GPU decodes JPEG in hardware (A100, H100, H200...; not most others)."""
+    return _engines_decoder(decoder.device, decoder.mode) is not None
+
+
+def _engines_decoder(device: torch.device, mode: str) -> NvImageCodecJpeg | None:
+    """A decoder on the hardware JPEG engines, if this GPU has them: one small JPEG decoded
+    with the engines alone says so."""
     from PIL import Image
     probe = io.BytesIO()
     Image.new("RGB", (64, 48), (200, 30, 90)).save(probe, "JPEG", quality=90)
     try:
-        hw = NvImageCodecJpeg(decoder.device, decoder.mode, engine="hw")
+        hw = NvImageCodecJpeg(device, mode, engine="hw")
         image = hw._decode([hw._code_stream(np.frombuffer(probe.getvalue(), np.uint8))])[0]
     except Exception as error:  # no such backend on this GPU or in this nvImageCodec
         log.info("imageloader: no hardware JPEG decoding here (%s)", error)
-        return False
-    return image is not None
+        return None
+    return hw if image is not None else None

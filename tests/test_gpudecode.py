@@ -438,12 +438,18 @@ def test_every_gpu_decoder_matches_the_cpu_path(name, train):
     photo, the same for every GPU decoder (seen on the H200)."""
     if name not in gpu_decoders_here():
         pytest.skip(f"{name} is not installed here")
+    assert_gpu_stage_matches_the_cpu_path(available(torch.device("cuda"), "RGB", name), train,
+                                          name)
+
+
+def assert_gpu_stage_matches_the_cpu_path(decoders, train: bool, name: str) -> None:
+    """`decoders` through the whole GPU stage on varied_jpegs(), twice (the second time into
+    the images nvImageCodec kept), against the stage on the CPU with Pillow's full decode."""
     files = varied_jpegs()
     buf, cpu = packed_batch(files, Augment.make(224, train), arena=32 << 20)
     reference = GpuDecode(cpu, None, torch.device("cpu"), cpu_jpeg_decoder(),
                           crop="roi_align")(Packed(buf))[0]
-    stage = GpuDecode(cpu, None, torch.device("cuda"), available(torch.device("cuda"), "RGB",
-                                                                  name))
+    stage = GpuDecode(cpu, None, torch.device("cuda"), decoders)
     for _ in range(2):
         images, labels = stage(Packed(buf))
         torch.cuda.synchronize()
@@ -472,20 +478,7 @@ def nvimgcodec_engine(engine: str):
 def test_each_nvimgcodec_engine_matches_the_cpu_path(engine):
     """The lanes' engines (hardware, CUDA with Huffman on the GPU, nvImageCodec's choice) on
     sizes up to 5 MP, every subsampling and grayscale, through the whole GPU stage."""
-    files = varied_jpegs()
-    cpu_side = Augment.make(224, True)
-    buf, cpu = packed_batch(files, cpu_side, arena=32 << 20)
-    reference = GpuDecode(cpu, None, torch.device("cpu"), cpu_jpeg_decoder(),
-                          crop="roi_align")(Packed(buf))[0]
-    stage = GpuDecode(cpu, None, torch.device("cuda"), [nvimgcodec_engine(engine)])
-    for _ in range(2):  # the second time into the images it kept
-        images, labels = stage(Packed(buf))
-        torch.cuda.synchronize()
-        assert labels.tolist() == list(range(len(files)))
-        for slot in range(len(files)):
-            ours, theirs = images[slot].cpu().int(), reference[slot].int()
-            assert (ours - theirs).abs().float().mean() <= 4.0, (engine, slot)
-    assert FALLBACK + "gpu_refused" not in stage.take_counts()
+    assert_gpu_stage_matches_the_cpu_path([nvimgcodec_engine(engine)], True, engine)
 
 
 @cuda
