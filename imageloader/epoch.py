@@ -221,6 +221,7 @@ class _EpochRun:
         made = rebatch(pieces, self.batch_size, drop_last=self.drop_last, mark=mark,
                        skip_rows=rows, leftover=leftover)
         started, last = time.perf_counter(), None
+        self.share.start_epoch()
         try:
             if again:
                 last = self._again(next(made, None))

@@ -235,7 +235,8 @@ class ImageLoader:
                                          lanes=[GpuStep(gpu) for gpu in self._gpu],
                                          threaded=True, stall_timeout=options.timeout)
             self._fill = JpegPacker(self.decoder, cpu_pixels=options.cpu_large)
-            self.cpu_share = share_control(options.cpu_share, trial=trial)
+            self.cpu_share = share_control(options.cpu_share, trial=trial,
+                                           in_flight=self._buffer_count())
         else:
             self._gpu = None
             self.prefetcher = Prefetcher((), self.device, prefetch=prefetch,
@@ -373,15 +374,19 @@ class ImageLoader:
         self._runtime = runtime
         return runtime
 
-    def _make_pool(self) -> BufferPool:
-        pin = self.device if self.device.type == "cuda" else None
+    def _buffer_count(self) -> int:
+        """Batch buffers: the most batches on their way at once (decode="auto"'s trial skips
+        as many after each change of share)."""
         # GPU decode: the prefetcher's collecting thread holds up to 3 more filled buffers
         # (2 queued, 1 being submitted) that the workers must not go without.
         # Threaded (GPU decoding): 2 more wait to be submitted and one is in each lane.
-        slots = self.prefetch + 2 + self.workers + \
+        return self.prefetch + 2 + self.workers + \
             (2 + len(self._gpu) if self._gpu is not None else 0)
+
+    def _make_pool(self) -> BufferPool:
+        pin = self.device if self.device.type == "cuda" else None
         arena = self.batch_size * ARENA_PER_IMAGE if self._gpu is not None else 0
-        return BufferPool(slots, self.batch_size, self.decoder.out_shape, pin_device=pin,
+        return BufferPool(self._buffer_count(), self.batch_size, self.decoder.out_shape, pin_device=pin,
                           shared=self.workers > 0, arena_bytes=arena)
 
     def _make_producer(self, plan: Plan, pool: BufferPool):

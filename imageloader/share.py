@@ -31,6 +31,9 @@ class FixedShare:
     def observe(self, wait_s: float, share: float | None = None) -> None:
         """One batch, stamped with `share`, reached the consumer after it waited `wait_s`."""
 
+    def start_epoch(self) -> None:
+        """An epoch's first batch comes next (its pipeline starts empty)."""
+
     @property
     def rates(self) -> dict:
         return {}
@@ -45,10 +48,17 @@ class TrialShare(FixedShare):
     keeps the GPU busy, lost ~2% to GPU decoding's kernels where 15 cores kept up, and lost
     12-15% where they did not (varied photos) (README, FACTS). So each share is measured here,
     on this model and host: batches reach the consumer in order, each carrying the share it
-    was stamped with, so a share's rate is taken from its own batches only; the first `skip`
-    of each are left out (the pipeline still holds batches of the other share), then `window`
-    consecutive batch intervals are timed. The interval of a batch is the consumer's whole
-    step: its training work and its wait for the batch.
+    was stamped with, so a share's rate is taken from its own batches only. The interval of a
+    batch is the consumer's whole step: its training work and its wait for the batch.
+
+    Only steady batches are timed: of each run of one share's batches within an epoch, the
+    first `skip` are left out. `skip` must be at least the batches in flight (the loader passes
+    its buffer count): when the share changes, every buffer in flight was stamped before, and
+    the first batches of the new share were decoded while the consumer still took the old
+    share's, so they arrive early. Timed, they made CPU decoding look as fast as the GPU's for
+    ResNet-50 on photos (16.4 against 16.3 batches/s; it then fed 12.5: 2 x H200 run,
+    2026-11-26). An epoch's start is such a change too (the pipeline starts empty, then
+    arrives in a burst), and the gap between epochs (validation, checkpoints) is no step.
 
     A share that is clearly slower after `early` intervals (by more than `margin` against one
     measured whole) is dropped there: the trial is paid in training time, and ResNet-18 fed by
@@ -60,18 +70,22 @@ class TrialShare(FixedShare):
         self.clock = clock
         self.shares, self.skip, self.window = tuple(shares), skip, window
         self.early, self.margin = early, margin
-        self.seen = {s: 0 for s in self.shares}     # batches of each share consumed
-        self.timed = {s: [] for s in self.shares}   # their intervals, after `skip`
+        self.timed = {s: [] for s in self.shares}   # steady intervals of each share's batches
         self.chosen: float | None = None
-        self._last: float | None = None
+        self._last: float | None = None            # when the last batch of this epoch came
+        self._run: tuple = (None, 0)               # (share, its batches in a row this epoch)
+
+    def start_epoch(self) -> None:
+        self._last, self._run = None, (None, 0)
 
     def observe(self, wait_s: float, share: float | None = None) -> None:
         now = self.clock()
         last, self._last = self._last, now
-        if self.chosen is not None or share not in self.seen:
+        if self.chosen is not None or share not in self.timed:
             return
-        self.seen[share] += 1
-        if last is not None and self.seen[share] > self.skip \
+        run_share, run = self._run
+        self._run = (share, run + 1 if share == run_share else 1)
+        if last is not None and self._run[1] > self.skip \
                 and len(self.timed[share]) < self.window:
             self.timed[share].append(now - last)
         self._next_phase()
@@ -106,10 +120,11 @@ def check_share(cpu_share) -> None:
         raise ValueError(f"cpu_share must be None or within [0, 1], got {cpu_share!r}")
 
 
-def share_control(cpu_share, trial: bool = False) -> FixedShare:
+def share_control(cpu_share, trial: bool = False, in_flight: int = 8) -> FixedShare:
     """The controller for Options.cpu_share; None: a trial of GPU against CPU decoding where
-    the loader chose the decode itself (decode="auto"), else share 0."""
+    the loader chose the decode itself (decode="auto"), else share 0. `in_flight`: the most
+    batches the loader has on their way (its buffers), the trial's `skip`."""
     check_share(cpu_share)
     if cpu_share is None:
-        return TrialShare() if trial else FixedShare(0.0)
+        return TrialShare(skip=in_flight) if trial else FixedShare(0.0)
     return FixedShare(cpu_share)

@@ -560,6 +560,8 @@ def test_auto_decode_times_gpu_and_cpu_decoding_while_training_and_keeps_one(tmp
                      normalize=False) as loader:  # decode="auto" is the default
         trial = loader.cpu_share
         assert loader.decode == "cuda" and isinstance(trial, TrialShare)
+        next(iter(loader))  # starts the workers and makes the buffers
+        assert trial.skip == len(loader._runtime.pool.buffers)  # all that can be in flight
         trial.skip, trial.window = 2, 4
         for _ in range(3):
             for images, labels in loader:

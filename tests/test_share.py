@@ -84,6 +84,37 @@ def test_a_clearly_slower_share_is_dropped_early(cpu_step, chosen, cpu_batches):
     assert len(trial.timed[1.0]) == cpu_batches - 2  # what the CPU share cost the training
 
 
+def test_the_first_batches_after_a_change_of_share_are_not_timed_however_fast():
+    """After the switch the CPU batches decoded while GPU batches were still taken arrive at
+    once (as many as the loader has buffers); then the CPU's own pace shows. Only that pace
+    may count: timed, the early ones made CPU decoding the winner (2 x H200, 2026-11-26)."""
+    clock, in_flight = Clock(), 6
+    trial = TrialShare(skip=in_flight, window=5, clock=clock)
+    consume(trial, clock, [0.0] * (in_flight + 5), 0.01)
+    assert trial.share == 1.0
+    consume(trial, clock, [1.0] * in_flight, 0.0001)  # decoded ahead: no wait at all
+    consume(trial, clock, [1.0] * 5, 0.012)           # then the CPU's pace: slower
+    assert trial.chosen == 0.0
+    assert trial.rates[1.0] == pytest.approx(1 / 0.012, rel=1e-3)
+
+
+def test_an_epoch_starts_the_count_again_and_the_gap_between_epochs_is_no_step():
+    clock = Clock()
+    trial = TrialShare(skip=2, window=6, clock=clock)
+    consume(trial, clock, [0.0] * 5, 0.01)  # 3 timed
+    trial.start_epoch()
+    clock.now += 100.0                      # validation, a checkpoint: not a training step
+    consume(trial, clock, [0.0] * 2, 0.5)   # the new epoch's pipeline fills: not timed
+    assert len(trial.timed[0.0]) == 3
+    consume(trial, clock, [0.0] * 3, 0.01)
+    assert trial.share == 1.0 and trial.rates[0.0] == pytest.approx(100, rel=1e-3)
+
+
+def test_the_loader_skips_as_many_batches_as_it_has_buffers():
+    assert share_control(None, trial=True, in_flight=22).skip == 22
+    assert FixedShare(0.0).start_epoch() is None  # a fixed share has nothing to restart
+
+
 def test_cpu_share_none_means_zero_unless_the_loader_chose_the_decode():
     assert type(share_control(None)) is FixedShare and share_control(None).share == 0.0
     assert isinstance(share_control(None, trial=True), TrialShare)

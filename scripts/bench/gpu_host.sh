@@ -26,6 +26,7 @@
 # ResNet-18 and ResNet-50 from one .tgz with the default decode (3 epochs) and their
 # data-on-GPU ceilings (train_resnet.py --data-on-gpu), on 1 GPU and on 2: steady img/s after
 # 10 steps of each epoch. (The suite, `tests`, holds the second-GPU and distributed tests.)
+# A part of it: CHECKS=0 leaves the rank checks out, ARCHS="resnet50" FEEDS="loader" narrow it.
 # remote: bench_remote.py on the photo archive, decoded as the default does, batches on the GPU
 # (needs fsspec and aiohttp with its dependencies among the wheels in .whl/).
 # Optional wheels in .whl/ (nvImageCodec, rapidgzip, isal, torchcodec, webdataset) are
@@ -100,7 +101,7 @@ ranks() {  # one data kind per call: fixed (with the rank checks) or photos
   # Validation on 1,000 other images of the same 100 classes: the runs time training.
   [ -f "$val" ] || python3 $here/make_imagenet_like.py --images 1000 --seed 1 --out "$val" \
       | tail -1
-  if [ "$kind" = fixed ]; then
+  if [ "$kind" = fixed ] && [ "${CHECKS:-1}" = 1 ]; then
     echo "== exactly once: 2 ranks, 2 epochs, one .tgz; then resume cut after 20 batches"
     python3 -m torch.distributed.run --nproc-per-node=2 scripts/check_ranks.py --data \
       "$archive" --epochs 2 --workers 15 --resume-at 20 --out "$out/ranks-tgz.jsonl" 2>&1 \
@@ -119,8 +120,8 @@ ranks() {  # one data kind per call: fixed (with the rank checks) or photos
     --max-steps $steps --workers 15 --print-every 0"
   local one="env CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 python3"
   local two="python3 -m torch.distributed.run --nproc-per-node=2"
-  for arch in resnet18 resnet50; do
-    for feed in data-on-gpu loader; do
+  for arch in ${ARCHS:-resnet18 resnet50}; do
+    for feed in ${FEEDS:-data-on-gpu loader}; do
       local flag="--epochs 3"; [ $feed = data-on-gpu ] && flag="--epochs 1 --data-on-gpu"
       for gpus in 1 2; do
         local launch=$one pin=""
