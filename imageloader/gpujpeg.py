@@ -224,8 +224,10 @@ def _load_nvjpeg_wheel() -> None:
                 return
 
 
-def available(device: torch.device, mode: str, choice: str = "auto") -> list[JpegDecoder]:
-    """The decoders that load here, best first (`choice` alone, if given)."""
+def available(device: torch.device, mode: str, choice: str = "auto",
+              first: bool = False) -> list[JpegDecoder]:
+    """The decoders that load here, best first (`choice` alone, if given); with `first`, only
+    the best (each made holds GPU memory and handles: the loader uses one)."""
     if choice not in ("auto", *DECODERS):
         raise ValueError(f"gpu_decoder must be 'auto' or one of {DECODERS}, got {choice!r}")
     kinds = {"nvimgcodec": NvImageCodecJpeg, "torchcodec": TorchCodecJpeg,
@@ -236,6 +238,9 @@ def available(device: torch.device, mode: str, choice: str = "auto") -> list[Jpe
             found.append(kinds[name](device, mode))
         except Exception as error:  # not installed, built for another torch or CUDA
             errors[name] = f"{type(error).__name__}: {error}"
+            continue
+        if first:
+            break
     if choice != "auto" and not found:
         raise ImportError(f"gpu_decoder={choice!r} is not usable here: {errors[choice]}")
     for name, error in errors.items():

@@ -464,7 +464,8 @@ def _choose_decode(decode: str, device: torch.device, transform, mode: str,
         raise ValueError(f"decode must be 'cpu', 'cuda' or 'auto', got {decode!r}")
     if decode == "cpu":
         return "cpu", []
-    jpeg = gpu_jpeg_decoders(device, mode, gpu_decoder) if device.type == "cuda" else []
+    jpeg = gpu_jpeg_decoders(device, mode, gpu_decoder, first=True) \
+        if device.type == "cuda" else []
     if decode == "auto":
         return ("cuda", jpeg) if jpeg and transform is None else ("cpu", [])
     if device.type != "cuda":

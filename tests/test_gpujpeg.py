@@ -6,6 +6,7 @@ kept images, order, failures) is tested without a GPU; tests/test_gpudecode.py r
 from __future__ import annotations
 
 import io
+import types
 
 import numpy as np
 import pytest
@@ -132,3 +133,20 @@ def test_lanes_are_one_off_the_gpu_and_their_settings_are_checked():
     with pytest.raises(ValueError, match="engine must be one of"):
         NvImageCodecJpeg(CPU, "RGB", engine="nvjpg")
     assert ENGINES == ("all", "hw", "cuda", "hybrid")
+
+
+def test_first_makes_only_the_best_decoder_that_loads(monkeypatch):
+    """The loader asks for one decoder: the others are not made (each holds GPU resources)."""
+    import imageloader.gpujpeg as gpujpeg
+    made = []
+    for name, cls in [("nvimgcodec", "NvImageCodecJpeg"), ("torchcodec", "TorchCodecJpeg"),
+                      ("torchvision", "TorchvisionJpeg")]:
+        def make(device, mode, _name=name):
+            made.append(_name)
+            if _name == "nvimgcodec":
+                raise ImportError("not installed here")
+            return types.SimpleNamespace(name=_name)
+        monkeypatch.setattr(gpujpeg, cls, make)
+    assert [d.name for d in available(CPU, "RGB", first=True)] == ["torchcodec"]
+    assert made == ["nvimgcodec", "torchcodec"]
+    assert [d.name for d in available(CPU, "RGB")] == ["torchcodec", "torchvision"]

@@ -319,19 +319,26 @@ def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = N
             "first_batch_s": first_batch_s, "decoder": decoder, "memory_gb": memory}
 
 
+def steady_rate(batches, warmup: int, seconds: float) -> float:
+    """Images per second an iterator of (images, labels) delivers after `warmup` untimed
+    batches, timed for `seconds`. Both ends wait for the GPU's queued work (where there is a
+    GPU), so the time counts what the batches cost there too."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    for _ in range(warmup):
+        next(batches)
+    sync()
+    t0, n = time.perf_counter(), 0
+    while time.perf_counter() - t0 < seconds:
+        n += len(next(batches)[1])
+    sync()
+    return n / (time.perf_counter() - t0)
+
+
 def run_peer_loader_alone(shards, classes, args) -> dict:
     """The 16-shard WebDataset recipe without training: what its loader alone delivers."""
     import webdataset  # noqa: F401  (fails early, with a clear ImportError, if missing)
     loader = wds_loader(shards, classes, args, args.workers or default_workers())
-    it = on_gpu(wds_tensors(loader))
-    for _ in range(args.warmup):
-        next(it)
-    torch.cuda.synchronize()
-    t0, n = time.perf_counter(), 0
-    while time.perf_counter() - t0 < min(args.max_seconds, 20):
-        n += len(next(it)[1])
-    torch.cuda.synchronize()
-    rate = n / (time.perf_counter() - t0)
+    rate = steady_rate(on_gpu(wds_tensors(loader)), args.warmup, min(args.max_seconds, 20))
     name = f"WebDataset {len(shards)} shards loader alone"
     print(f"{name:32s} {rate:9.0f} img/s", flush=True)
     return {"recipe": name, "img_per_s": rate}

@@ -89,18 +89,8 @@ def dali_batches(root: Path, args, device_id: int | None):
 
 
 def loader_alone(batches, args) -> dict:
-    import torch
-    cuda = torch.cuda.is_available()
-    for _ in range(args.warmup):
-        next(batches)
-    if cuda:
-        torch.cuda.synchronize()
-    t0, n = time.perf_counter(), 0
-    while time.perf_counter() - t0 < args.max_seconds:
-        n += len(next(batches)[1])
-    if cuda:
-        torch.cuda.synchronize()
-    rate = n / (time.perf_counter() - t0)
+    from bench import steady_rate
+    rate = steady_rate(batches, args.warmup, args.max_seconds)
     label = f"DALI loader alone, {args.device} decode, {args.threads} threads"
     print(f"{label:32s} {rate:9.0f} img/s", flush=True)
     return {"recipe": label, "img_per_s": rate}
