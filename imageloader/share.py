@@ -59,10 +59,14 @@ class TrialShare(FixedShare):
     ResNet-50 on photos (16.4 against 16.3 batches/s; it then fed 12.5: 2 x H200 run,
     2026-11-26). An epoch's start is such a change too (the pipeline starts empty, then
     arrives in a burst), and the gap between epochs (validation, checkpoints) is no step.
+    Epochs of at most `skip` batches time nothing: decoding stays on the GPU, the first share.
 
-    A share that is clearly slower after `early` intervals (by more than `margin` against one
-    measured whole) is dropped there: the trial is paid in training time, and ResNet-18 fed by
-    the CPU ran at ~half speed for the whole window (H100 host, 2026-11-25 run)."""
+    A share that is clearly slower (by more than `margin` against one measured whole) is
+    dropped as soon as it has `early` intervals, skipped ones included: the trial is paid in
+    training time, and ResNet-18 fed by the CPU ran at ~half speed for the whole window (H100
+    host, 2026-11-25 run). The skipped batches may judge a share slower because they can only
+    make it look faster: all but the first of a run were started before it (the first, which
+    waited for the pipeline, is left out)."""
 
     def __init__(self, shares: tuple[float, ...] = (0.0, 1.0), skip: int = 8, window: int = 24,
                  early: int = 8, margin: float = 0.2, clock=time.perf_counter):
@@ -71,6 +75,7 @@ class TrialShare(FixedShare):
         self.shares, self.skip, self.window = tuple(shares), skip, window
         self.early, self.margin = early, margin
         self.timed = {s: [] for s in self.shares}   # steady intervals of each share's batches
+        self.early_timed = {s: [] for s in self.shares}  # and every one but a run's first
         self.chosen: float | None = None
         self._last: float | None = None            # when the last batch of this epoch came
         self._run: tuple = (None, 0)               # (share, its batches in a row this epoch)
@@ -85,9 +90,11 @@ class TrialShare(FixedShare):
             return
         run_share, run = self._run
         self._run = (share, run + 1 if share == run_share else 1)
-        if last is not None and self._run[1] > self.skip \
-                and len(self.timed[share]) < self.window:
-            self.timed[share].append(now - last)
+        if last is not None and self._run[1] > 1 \
+                and len(self.early_timed[share]) < self.skip + self.window:
+            self.early_timed[share].append(now - last)
+            if self._run[1] > self.skip and len(self.timed[share]) < self.window:
+                self.timed[share].append(now - last)
         self._next_phase()
 
     def _next_phase(self) -> None:
@@ -100,11 +107,13 @@ class TrialShare(FixedShare):
         self.chosen = self.share = max(rates, key=rates.get)
 
     def _clearly_slower(self, share: float, rates: dict) -> bool:
-        """`share` has `early` intervals and is slower than a share timed whole by > margin."""
-        if len(self.timed[share]) < self.early:
+        """`share` has `early` intervals, and even with its skipped ones it is slower than a
+        share timed whole by more than `margin`."""
+        intervals = self.early_timed[share]
+        if len(intervals) < self.early:
             return False
         whole = [rates[s] for s in self.shares if len(self.timed[s]) >= self.window]
-        return bool(whole) and rates[share] < (1 - self.margin) * max(whole)
+        return bool(whole) and len(intervals) / sum(intervals) < (1 - self.margin) * max(whole)
 
     @property
     def rates(self) -> dict:

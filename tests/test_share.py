@@ -68,7 +68,7 @@ def test_the_trial_times_each_share_by_its_own_batches_and_keeps_the_faster(
 
 
 @pytest.mark.parametrize("cpu_step, chosen, cpu_batches", [
-    (0.03, 0.0, 2 + 3),    # 3x slower: dropped after `early` intervals, GPU kept
+    (0.03, 0.0, 1 + 3),    # 3x slower: dropped after `early` intervals (skipped ones count)
     (0.011, 0.0, 2 + 5),   # within the margin: timed whole, then the faster (GPU) kept
     (0.005, 1.0, 2 + 5),   # faster: timed whole and kept
 ])
@@ -81,7 +81,22 @@ def test_a_clearly_slower_share_is_dropped_early(cpu_step, chosen, cpu_batches):
     assert trial.chosen is None
     consume(trial, clock, [1.0], cpu_step)
     assert trial.chosen == chosen and trial.share == chosen
-    assert len(trial.timed[1.0]) == cpu_batches - 2  # what the CPU share cost the training
+    assert len(trial.early_timed[1.0]) == cpu_batches - 1  # what the CPU share cost
+
+
+def test_a_share_is_not_dropped_for_the_wait_of_its_first_batch():
+    """The first batch of a new share waits for the pipeline (its decode began one step
+    before); the ones after it were started meanwhile. Judged on that first wait, a share
+    that keeps up would be dropped."""
+    clock = Clock()
+    trial = TrialShare(skip=4, window=5, early=3, margin=0.2, clock=clock)
+    consume(trial, clock, [0.0] * 9, 0.01)
+    assert trial.share == 1.0
+    consume(trial, clock, [1.0], 0.2)          # 20 steps' wait for the first CPU batch
+    consume(trial, clock, [1.0] * 3, 0.009)
+    assert trial.chosen is None                 # not dropped: it may yet win
+    consume(trial, clock, [1.0] * 5, 0.009)
+    assert trial.chosen == 1.0
 
 
 def test_the_first_batches_after_a_change_of_share_are_not_timed_however_fast():
