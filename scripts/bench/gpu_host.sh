@@ -12,6 +12,7 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR dali fixed    # archive and host, ~5 min each
 #   bash scripts/bench/gpu_host.sh OUT_DIR lanes photos  # GPU decoding in one lane (the
 #   bash scripts/bench/gpu_host.sh OUT_DIR lanes fixed   # default) vs two, ~4-5 min each
+#   bash scripts/bench/gpu_host.sh OUT_DIR trial     # does decode="auto" keep the faster? ~7 min
 # bench builds two 32,000-image archives (ImageNet-like 500x375, and varied photos with a
 # tail of large ones: make_imagenet_like.py --sizes), measures the inflate rate per core and
 # the plain copy (bench_inflate.py), then on each archive: the loader alone (its first epoch and
@@ -204,11 +205,25 @@ dali() {  # DALI (bench_dali.py) and ours (bench.py, the defaults) on one 16,000
     | tee "$out/ours-$kind.log" | tail -9
 }
 
+trial() {  # decode="auto" (its trial's choice) against both paths fixed, on each data kind:
+  # its rate should be the better of "cuda" (GPU decoding) and "cpu". 200 untimed steps pass
+  # the trial (62 batches an epoch; it needs ~110 and restarts its count at each epoch).
+  for kind in photos fixed; do
+    local archive="$data/$kind-16000.tgz"
+    [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes "$kind" --images 16000 \
+        --out "$archive" | tail -1
+    python3 $here/bench.py --archive "$archive" --shards 0 --models resnet18,resnet50 \
+      --recipes ceiling,ours --decode auto,cuda,cpu --warmup 200 --steps 60 --max-seconds 12 \
+      --out "$out/trial-$kind.json" 2>&1 | grep --line-buffered -v "$quiet" \
+      | tee "$out/trial-$kind.log" | tail -14
+  done
+}
+
 case "$part" in
   none) ;;  # the wheels of .whl/ installed, nothing run (a first call before others)
-  tests|bench|overlap|remote|decoders) "$part" ;;
+  tests|bench|overlap|remote|decoders|trial) "$part" ;;
   dali) dali "${3:-photos}" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
-  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks or none" >&2; exit 2 ;;
+  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial or none" >&2; exit 2 ;;
 esac
