@@ -90,9 +90,9 @@ class TrialShare(FixedShare):
             return
         run_share, run = self._run
         self._run = (share, run + 1 if share == run_share else 1)
-        if last is not None and self._run[1] > 1 \
-                and len(self.early_timed[share]) < self.skip + self.window:
-            self.early_timed[share].append(now - last)
+        if last is not None and self._run[1] > 1:
+            if len(self.early_timed[share]) < self.skip + self.window:
+                self.early_timed[share].append(now - last)
             if self._run[1] > self.skip and len(self.timed[share]) < self.window:
                 self.timed[share].append(now - last)
         self._next_phase()

@@ -125,6 +125,22 @@ def test_an_epoch_starts_the_count_again_and_the_gap_between_epochs_is_no_step()
     assert trial.share == 1.0 and trial.rates[0.0] == pytest.approx(100, rel=1e-3)
 
 
+def test_short_epochs_still_end_the_trial():
+    """Each epoch starts the skip again: with epochs just longer than `skip`, a few steady
+    intervals come from each, and the window fills over several epochs."""
+    clock = Clock()
+    trial = TrialShare(skip=4, window=6, early=3, clock=clock)
+    for _ in range(20):
+        trial.start_epoch()
+        clock.now += 10.0
+        share = trial.share
+        consume(trial, clock, [share] * 6, 0.01 if share == 0.0 else 0.011)
+        if trial.chosen is not None:
+            break
+    assert trial.chosen == 0.0
+    assert len(trial.timed[0.0]) == len(trial.timed[1.0]) == 6
+
+
 def test_the_loader_skips_as_many_batches_as_it_has_buffers():
     assert share_control(None, trial=True, in_flight=22).skip == 22
     assert FixedShare(0.0).start_epoch() is None  # a fixed share has nothing to restart
