@@ -206,6 +206,16 @@ def summed(*values: torch.Tensor) -> list[float]:
     return stacked.tolist()
 
 
+def each_rank(value: float, args, device) -> list[float]:
+    """Every rank's `value`, in rank order (one all_reduce of a vector holding each in its
+    slot): under DDP every step waits for the slowest rank, so one rank's figures hide why."""
+    slots = torch.zeros(args.world_size, dtype=torch.float64, device=device)
+    slots[args.rank] = value
+    if dist.is_initialized():
+        dist.all_reduce(slots)
+    return slots.tolist()
+
+
 def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=None,
                     save=None) -> dict:
     model.train()
@@ -216,7 +226,7 @@ def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), device=device, dtype=torch.long)
     seen, wait_s, start = 0, 0.0, time.perf_counter()
-    steady_seen, steady_start = 0, None
+    steady_seen, steady_start, steady_wait0 = 0, None, 0.0
     bar = tqdm(total=steps * loader.batch_size, desc=f"epoch {epoch}", unit="img",
                leave=False, disable=None if is_main() else True, dynamic_ncols=True)
     first = loader.state_dict()["batches"]  # > 0 when resuming mid-epoch
@@ -228,7 +238,7 @@ def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=
                 # really run, not when they were queued.
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
-                steady_seen, steady_start = seen, time.perf_counter()
+                steady_seen, steady_start, steady_wait0 = seen, time.perf_counter(), wait_s
             t0 = time.perf_counter()
             batch = next(batches, None)  # host time blocked on data (decode, or CPU transfer)
             wait_s += time.perf_counter() - t0
@@ -272,8 +282,11 @@ def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=
     end = time.perf_counter()
     seconds = end - start
     steady = steady_total / (end - steady_start) if steady_start is not None else None
+    # The share of the steady window each rank spent waiting for its batches.
+    steady_waits = each_rank(100 * (wait_s - steady_wait0) / (end - steady_start)
+                             if steady_start is not None else 0.0, args, device)
     return {"train_loss": loss, "train_acc": acc, "img_per_s": seen_total / seconds,
-            "steady_img_per_s": steady,
+            "steady_img_per_s": steady, "steady_wait_pct_per_rank": steady_waits,
             "data_wait_pct": 100 * wait_s / seconds, "seconds": seconds,
             "lr": sched.get_last_lr()[0]}
 
@@ -465,7 +478,9 @@ def fit(model, train, val, ckpt, out_dir: Path, args) -> dict:
             ("img_per_s", 0), ("data_wait_pct", 1), ("seconds", 1)))))
         if metrics.get("steady_img_per_s"):
             say(f"steady: {metrics['steady_img_per_s']:.0f} img/s after {args.steady_after} "
-                f"steps ({metrics['steady_img_per_s'] / args.world_size:.0f} per rank)")
+                f"steps ({metrics['steady_img_per_s'] / args.world_size:.0f} per rank), "
+                f"waiting for data: " + " ".join(
+                    f"{w:.0f}%" for w in metrics["steady_wait_pct_per_rank"]))
         if is_main():
             with open(out_dir / "metrics.jsonl", "a") as f:
                 f.write(json.dumps({**metrics, "arch": args.arch, "ranks": args.world_size,

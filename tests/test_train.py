@@ -74,6 +74,8 @@ def test_train_with_a_worker_process(script, tmp_path: Path) -> None:
     result = run(script, "--epochs", "2", "--workers", "1", "--out-dir", str(tmp_path))
     assert result["val_top1"] > CHANCE_PLUS, result
     assert 0 <= result["data_wait_pct"] <= 100 and result["img_per_s"] > 0
+    (waited,) = result["steady_wait_pct_per_rank"]  # one rank: its share of the steady window
+    assert 0 <= waited <= 100
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["loader"]["workers"] for line in lines] == [1, 1]
 
@@ -136,6 +138,7 @@ def test_two_ranks_under_torchrun_share_what_the_host_has(tmp_path) -> None:
     assert f"on {device} x 2 rank(s)" in result.stdout, result.stdout[-2000:]
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["loader"]["batches"] == 3
+    assert len(json.loads(lines[0])["steady_wait_pct_per_rank"]) == 2  # each rank's own
 
 
 def test_a_failed_run_frees_its_ddp_model_before_leaving_the_group(script, monkeypatch, tmp_path):
