@@ -27,7 +27,8 @@
 # ResNet-18 and ResNet-50 from one .tgz with the default decode (3 epochs) and their
 # data-on-GPU ceilings (train_resnet.py --data-on-gpu), on 1 GPU and on 2: steady img/s after
 # 10 steps of each epoch. (The suite, `tests`, holds the second-GPU and distributed tests.)
-# A part of it: CHECKS=0 leaves the rank checks out, ARCHS="resnet50" FEEDS="loader" narrow it.
+# A part of it: CHECKS=0 leaves the rank checks out, ARCHS="resnet50" FEEDS="loader" narrow it;
+# PREFETCH=4 trains with deeper prefetch (does it absorb one rank's late batch under DDP?).
 # remote: bench_remote.py on the photo archive, decoded as the default does, batches on the GPU
 # (needs fsspec and aiohttp with its dependencies among the wheels in .whl/).
 # Optional wheels in .whl/ (nvImageCodec, rapidgzip, isal, torchcodec, webdataset) are
@@ -118,7 +119,7 @@ ranks() {  # one data kind per call: fixed (with the rank checks) or photos
   # (2026-11-25: ResNet-18 still took 34-37 CPU-decoded batches in the second), so the third
   # epoch's "steady" line is the rate it settled on.
   local train="scripts/train_resnet.py --data $archive --val $val --size 224 --batch-size 256
-    --max-steps $steps --workers 15 --print-every 0"
+    --max-steps $steps --workers 15 --print-every 0 ${PREFETCH:+--prefetch $PREFETCH}"
   local one="env CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 python3"
   local two="python3 -m torch.distributed.run --nproc-per-node=2"
   for arch in ${ARCHS:-resnet18 resnet50}; do
