@@ -167,13 +167,16 @@ decoders() {  # the decoders alone on 8,192 images of each kind, batches of 256
 }
 
 lanes() {  # one data kind per call: loader alone and ResNet-18/50, GPU decoding in one
-  # lane (the default) and in two on the JPEG engines (Options.gpu_lanes), 16,000 images
+  # lane (the default) and in two on the JPEG engines (Options.gpu_lanes), 16,000 images;
+  # LANES="hw,hw+hybrid:2,hw+hybrid:4" compares others (a hybrid lane with 12 CPU threads
+  # slowed ResNet-18's steps, 2026-11-26: do fewer threads leave the training thread a core?)
   local kind=${1:-photos} archive
   archive="$data/$kind-16000.tgz"
   [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes "$kind" --images 16000 \
       --out "$archive" | tail -1
   python3 $here/bench.py --archive "$archive" --shards 0 --models resnet18,resnet50 \
-    --recipes ceiling,ours,loader --decode cuda --gpu-lanes auto,hw:2+hw:2 --prefetch 2 --warmup 100 \
+    --recipes ceiling,ours,loader --decode cuda --gpu-lanes "${LANES:-auto,hw:2+hw:2}" \
+    --prefetch 2 --warmup 100 \
     --steps 60 --max-seconds 12 --out "$out/lanes-$kind.json" 2>&1 \
     | grep --line-buffered -v "$quiet" | tee "$out/lanes-$kind.log" | tail -16
 }
