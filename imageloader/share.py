@@ -104,7 +104,9 @@ class TrialShare(FixedShare):
         if pending:
             self.share = pending[0]  # stamped on the next buffers handed to the packers
             return
-        self.chosen = self.share = max(rates, key=rates.get)
+        # A share dropped early may have a steady interval or two, too few to outvote that.
+        kept = [s for s in rates if not self._clearly_slower(s, rates)] or list(rates)
+        self.chosen = self.share = max(kept, key=rates.get)
 
     def _clearly_slower(self, share: float, rates: dict) -> bool:
         """`share` has `early` intervals, and even with its skipped ones it is slower than a

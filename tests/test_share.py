@@ -84,6 +84,17 @@ def test_a_clearly_slower_share_is_dropped_early(cpu_step, chosen, cpu_batches):
     assert len(trial.early_timed[1.0]) == cpu_batches - 1  # what the CPU share cost
 
 
+def test_a_share_dropped_early_is_not_chosen_for_a_fast_steady_interval():
+    clock = Clock()
+    trial = TrialShare(skip=2, window=5, early=3, margin=0.2, clock=clock)
+    consume(trial, clock, [0.0] * 7, 0.01)
+    consume(trial, clock, [1.0], 0.5)     # the run's first: waited for the pipeline
+    consume(trial, clock, [1.0], 0.06)    # left out of the steady ones, not of the early
+    consume(trial, clock, [1.0] * 2, 0.001)  # two steady intervals, faster than the GPU's
+    assert trial.rates[1.0] > trial.rates[0.0]
+    assert trial.chosen == 0.0  # the three since the run's first: clearly slower
+
+
 def test_a_share_is_not_dropped_for_the_wait_of_its_first_batch():
     """The first batch of a new share waits for the pipeline (its decode began one step
     before); the ones after it were started meanwhile. Judged on that first wait, a share
