@@ -386,8 +386,8 @@ class ImageLoader:
     def _make_pool(self) -> BufferPool:
         pin = self.device if self.device.type == "cuda" else None
         arena = self.batch_size * ARENA_PER_IMAGE if self._gpu is not None else 0
-        return BufferPool(self._buffer_count(), self.batch_size, self.decoder.out_shape, pin_device=pin,
-                          shared=self.workers > 0, arena_bytes=arena)
+        return BufferPool(self._buffer_count(), self.batch_size, self.decoder.out_shape,
+                          pin_device=pin, shared=self.workers > 0, arena_bytes=arena)
 
     def _make_producer(self, plan: Plan, pool: BufferPool):
         o = self.options
