@@ -13,6 +13,7 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR lanes photos  # GPU decoding in one lane (the
 #   bash scripts/bench/gpu_host.sh OUT_DIR lanes fixed   # default) vs two, ~4-5 min each
 #   bash scripts/bench/gpu_host.sh OUT_DIR trial     # does decode="auto" keep the faster? ~7 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR threads   # what slows the training thread, ~2 min
 # bench builds two 32,000-image archives (ImageNet-like 500x375, and varied photos with a
 # tail of large ones: make_imagenet_like.py --sizes), measures the inflate rate per core and
 # the plain copy (bench_inflate.py), then on each archive: the loader alone (its first epoch and
@@ -168,13 +169,13 @@ decoders() {  # the decoders alone on 8,192 images of each kind, batches of 256
 
 lanes() {  # one data kind per call: loader alone and ResNet-18/50, GPU decoding in one
   # lane (the default) and in two on the JPEG engines (Options.gpu_lanes), 16,000 images;
-  # LANES="hw,hw+hybrid:2,hw+hybrid:4" compares others (a hybrid lane with 12 CPU threads
-  # slowed ResNet-18's steps, 2026-11-26: do fewer threads leave the training thread a core?)
+  # LANES="hw,hw|hybrid:4" compares others ("|": one lane splitting each batch between the
+  # engines and a hybrid helper, gpujpeg.SplitJpeg), MODELS=resnet18 narrows it
   local kind=${1:-photos} archive
   archive="$data/$kind-16000.tgz"
   [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes "$kind" --images 16000 \
       --out "$archive" | tail -1
-  python3 $here/bench.py --archive "$archive" --shards 0 --models resnet18,resnet50 \
+  python3 $here/bench.py --archive "$archive" --shards 0 --models "${MODELS:-resnet18,resnet50}" \
     --recipes ceiling,ours,loader --decode cuda --gpu-lanes "${LANES:-auto,hw:2+hw:2}" \
     --prefetch 2 --warmup 100 \
     --steps 60 --max-seconds 12 --out "$out/lanes-$kind.json" 2>&1 \
@@ -223,11 +224,19 @@ trial() {  # decode="auto" (its trial's choice) against both paths fixed, on eac
   done
 }
 
+threads() {  # the GIL, busy cores and the loader's threads against ResNet-18's host side
+  local archive="$data/photos-16000.tgz"
+  [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes photos --images 16000 \
+      --out "$archive" | tail -1
+  python3 $here/probe_host_threads.py --archive "$archive" --out "$out/threads.json" 2>&1 \
+    | grep --line-buffered -v "$quiet" | tee "$out/threads.log" | tail -20
+}
+
 case "$part" in
   none) ;;  # the wheels of .whl/ installed, nothing run (a first call before others)
-  tests|bench|overlap|remote|decoders|trial) "$part" ;;
+  tests|bench|overlap|remote|decoders|trial|threads) "$part" ;;
   dali) dali "${3:-photos}" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
-  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial or none" >&2; exit 2 ;;
+  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads or none" >&2; exit 2 ;;
 esac
