@@ -91,7 +91,8 @@ class Options:
                                         # installed (the fastest measured, gpujpeg.py)
     gpu_lanes: int | str | None = None  # decode="cuda": GPU decoders at work on different
                                         # batches at once, a number or engines spelled out
-                                        # ("hw:2+hw:2"); None: one (gpujpeg.lanes)
+                                        # ("hw:2+hw:2"), or one batch split between two
+                                        # ("hw|hybrid:4"); None: one (gpujpeg.lanes)
     cpu_large: int | None = None        # decode="cuda": images of at least this many
                                         # pixels are decoded by the packers on the CPU
                                         # (DCT-scaled), not by the GPU's JPEG engines
@@ -437,12 +438,13 @@ class ImageLoader:
     @property
     def decode_name(self) -> str:
         """Where and with what images are decoded, e.g.
-        "cuda (nvimgcodec, lanes: hw+cuda+hw, crops: triton)"."""
+        "cuda (nvimgcodec, lanes: hw+cuda+hw, crops: triton)"; "lanes: hw|hybrid 18%" for a
+        lane that splits its batches, with the helper's share now."""
         if self._gpu is None:
             return "cpu (Pillow)"
         first = self._gpu[0]
-        lanes = "+".join(getattr(gpu.jpeg, "engine", gpu.jpeg.name) for gpu in self._gpu)
-        lanes = f", lanes: {lanes}" if len(self._gpu) > 1 else ""
+        lanes = "+".join(_lane_name(gpu.jpeg) for gpu in self._gpu)
+        lanes = f", lanes: {lanes}" if len(self._gpu) > 1 or "|" in lanes else ""
         crops = f", crops: {first.crop}" if self.train else ""
         return f"cuda ({first.jpeg.name}{lanes}{crops})"
 
@@ -501,3 +503,9 @@ def _inflater_name(sources, options: Options, copies: dict) -> str:
         return choose_inflater(options.inflate, seekable_path=bool(paths))
     except (ImportError, ValueError):
         return options.inflate
+
+
+def _lane_name(jpeg) -> str:
+    """A lane's engine ("hw"), or its two and the helper's share ("hw|hybrid 18%")."""
+    name = getattr(jpeg, "engine", jpeg.name)
+    return f"{name} {jpeg.share:.0%}" if "|" in name else name

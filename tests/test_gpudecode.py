@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,8 @@ from imageloader.batch import FALLBACK, batch_layout, views_of
 from imageloader.decode import Augment, Decoder, JpegPacker, gpu_screen
 from imageloader.errors import Limits
 from imageloader.gpudecode import GpuDecode, Packed, choose_crop
-from imageloader.gpujpeg import DECODERS, ENGINES, NvImageCodecJpeg, available, has_jpeg_engines
+from imageloader.gpujpeg import (DECODERS, ENGINES, NvImageCodecJpeg, SplitJpeg, available,
+                                 has_jpeg_engines)
 from imageloader.pool import BufferPool
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -171,14 +173,30 @@ def cpu_jpeg_decoder():
     return [PillowJpeg()]
 
 
+class EnginePillow(PillowJpeg):
+    """Pillow as one engine of a split lane, `delay` seconds slower per image."""
+
+    mode = "RGB"
+
+    def __init__(self, engine: str, delay: float = 0.0):
+        self.engine, self.delay, self.calls = engine, delay, []
+
+    def decode(self, datas):
+        self.calls.append([len(d) for d in datas])
+        time.sleep(self.delay * len(datas))
+        return super().decode(datas)
+
+
 def cpu_decoders(name):
     if name == "pillow":
         return cpu_jpeg_decoder()
+    if name == "split":
+        return [SplitJpeg(EnginePillow("hw"), EnginePillow("hybrid"), share=0.4)]
     pytest.importorskip("nvidia.nvimgcodec")
     return available(torch.device("cpu"), "RGB", "nvimgcodec")  # its CPU backend
 
 
-@pytest.mark.parametrize("decoder", ["pillow", "nvimgcodec"])
+@pytest.mark.parametrize("decoder", ["pillow", "nvimgcodec", "split"])
 @pytest.mark.parametrize("train", [False, True])
 def test_gpu_stage_geometry_matches_the_cpu_path(train, decoder):
     """Runs the GPU stage's code on the CPU (a CPU decoder instead of nvJPEG), twice: the
@@ -196,6 +214,40 @@ def test_gpu_stage_geometry_matches_the_cpu_path(train, decoder):
         cpu(data, reference, 1000 + slot)  # same seed: same crop box and flip
         ours = images[slot].permute(1, 2, 0).numpy().astype(int)
         assert np.abs(ours - reference).mean() <= 2.0, slot
+
+
+@pytest.mark.parametrize("slow", ["helper", "first"])
+def test_a_split_lane_decodes_every_jpeg_once_in_order_and_steers_to_the_faster(slow):
+    """SplitJpeg: each call's smallest JPEGs go to the helper, the rest to the first decoder,
+    at once; the images come back in the caller's order; the helper's share falls when it is
+    the slower (per image) and rises when the first one is."""
+    files = [photo(seed, (60 + 23 * (seed % 9), 40 + 17 * (seed % 5))) for seed in range(24)]
+    datas = [np.frombuffer(data, np.uint8) for data in files]
+    first = EnginePillow("hw", delay=0.004 if slow == "first" else 0.0)
+    helper = EnginePillow("hybrid", delay=0.004 if slow == "helper" else 0.0)
+    split = SplitJpeg(first, helper, share=0.3)
+    assert split.engine == "hw|hybrid"
+    for _ in range(6):
+        images = split.decode(datas)
+        for data, image in zip(files, images):
+            pillow = np.asarray(Image.open(io.BytesIO(data)).convert("RGB")).transpose(2, 0, 1)
+            assert np.array_equal(image.numpy(), pillow)
+        mine, theirs = first.calls[-1], helper.calls[-1]
+        assert sorted(mine + theirs) == sorted(len(d) for d in datas)  # each once
+        assert max(theirs) <= min(mine)  # the helper had the smallest
+    shares = split.shares + [split.share]
+    assert shares[0] == 0.3
+    if slow == "helper":
+        assert shares[-1] < 0.15, shares
+    else:
+        assert shares[-1] > 0.45, shares
+
+
+def test_a_split_lane_sends_a_single_jpeg_to_the_first_decoder():
+    first, helper = EnginePillow("hw"), EnginePillow("hybrid")
+    split = SplitJpeg(first, helper, share=0.6)
+    assert split.decode([np.frombuffer(photo(1, (40, 30)), np.uint8)])[0].shape == (3, 30, 40)
+    assert first.calls == [[len(photo(1, (40, 30)))]] and helper.calls == []
 
 
 def cuda_loader(path, decode, **kw):
@@ -301,7 +353,7 @@ def test_decode_choice_on_a_cpu_device(labeled_archive):
     for bad in (0, -5, 1.5, True):  # checked whatever the decode, as cpu_share
         with pytest.raises(ValueError, match="cpu_large must be"):
             ImageLoader(labeled_archive, device="cpu", workers=0, options=Options(cpu_large=bad))
-    for bad in (0, "hw+nvjpg", "hw:x", 2.0, True):
+    for bad in (0, "hw+nvjpg", "hw:x", "hw|hybrid|cuda", "hw|", 2.0, True):
         with pytest.raises(ValueError, match="gpu_lanes"):
             ImageLoader(labeled_archive, device="cpu", workers=0, options=Options(gpu_lanes=bad))
 
@@ -464,9 +516,13 @@ def assert_gpu_stage_matches_the_cpu_path(decoders, train: bool, name: str) -> N
 
 
 def nvimgcodec_engine(engine: str):
-    """nvImageCodec on one engine of this GPU, or a skip saying why not."""
+    """nvImageCodec on one engine of this GPU, or a skip saying why not; "hw|hybrid": a lane
+    splitting each batch between two, half of it to the helper at first."""
     if "nvimgcodec" not in gpu_decoders_here():
         pytest.skip("nvimgcodec is not installed here")
+    if "|" in engine:
+        first, helper = engine.split("|")
+        return SplitJpeg(nvimgcodec_engine(first), nvimgcodec_engine(helper), share=0.5)
     decoder = NvImageCodecJpeg(torch.device("cuda"), "RGB", engine=engine)
     if engine == "hw" and not has_jpeg_engines(decoder):
         pytest.skip("this GPU has no hardware JPEG engines")
@@ -474,7 +530,7 @@ def nvimgcodec_engine(engine: str):
 
 
 @cuda
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", ENGINES + ("hw|hybrid",))
 def test_each_nvimgcodec_engine_matches_the_cpu_path(engine):
     """The lanes' engines (hardware, CUDA with Huffman on the GPU, nvImageCodec's choice) on
     sizes up to 5 MP, every subsampling and grayscale, through the whole GPU stage."""
@@ -501,28 +557,34 @@ def test_the_hardware_lane_decodes_what_the_engines_refuse_with_the_other_backen
 
 @cuda
 def test_lanes_give_the_same_batches_as_one_lane(tmp_path):
-    """Three lanes decoding different batches at once: the same batches in the same order as
-    one lane (evaluation: archive order), every image once, pixels within the decoders'
-    difference; the stats name the lanes."""
+    """Three lanes decoding different batches at once, and one lane splitting each batch
+    between the engines and a hybrid helper: the same batches in the same order as one lane
+    (evaluation: archive order), every image once, pixels within the decoders' difference;
+    the stats name the lanes."""
     files = [(f"t/c{k % 4}/{k}.jpg", photo(k, (96 + 8 * (k % 5), 72))) for k in range(80)]
     path = write_archive(tmp_path / "a.tgz", files)
     got = {}
-    for lanes in (1, 3):
+    specs = [1, 3]
+    if "nvimgcodec" in gpu_decoders_here() and has_jpeg_engines(nvimgcodec_engine("all")):
+        specs.append("hw|hybrid:2")  # one lane, each batch split between two decoders
+    for lanes in specs:
         with cuda_loader(path, "cuda", train=False, options=Options(gpu_lanes=lanes)) as loader:
-            assert len(loader._gpu) == lanes
+            assert len(loader._gpu) == (3 if lanes == 3 else 1)
             for _ in range(2):
                 got[lanes] = [(x.cpu(), y.cpu()) for x, y in loader]
                 assert loader.stats.fallbacks["gpu_decoded"] == 80
-            if lanes == 3 and "nvimgcodec" in loader.stats.decode:
+            if lanes != 1 and "nvimgcodec" in loader.stats.decode:
                 assert "lanes: " in loader.stats.decode, loader.stats.decode
     assert [len(y) for _, y in got[1]] == [8] * 10
-    for (a, la), (b, lb) in zip(got[1], got[3]):
-        assert torch.equal(la, lb)
-        assert (a.int() - b.int()).abs().float().mean() <= 2.0
+    for spec in specs[1:]:
+        for (a, la), (b, lb) in zip(got[1], got[spec]):
+            assert torch.equal(la, lb)
+            assert (a.int() - b.int()).abs().float().mean() <= 2.0
 
 
 @cuda
-@pytest.mark.parametrize("name", DECODERS + tuple(f"nvimgcodec:{e}" for e in ENGINES[1:]))
+@pytest.mark.parametrize("name", DECODERS + tuple(f"nvimgcodec:{e}"
+                                                  for e in ENGINES[1:] + ("hw|hybrid",)))
 def test_a_busy_gpu_never_lets_the_next_decode_overwrite_images_before_their_crops(name):
     """nvImageCodec decodes each batch into the images it kept from the last one. With the
     side stream busy (a long kernel queued first), batch A's crops wait behind it; batch B's
