@@ -354,8 +354,11 @@ def lanes(preferred: JpegDecoder, spec: int | str | None = None) -> list[JpegDec
     11,300 against 10,200 photos, 21,700 against 19,400 ImageNet-like; hw+hybrid 11,700
     against 10,000 on ~12 cores), and training does not: ResNet-18 on photos lost 0-5
     points of its data-on-GPU rate with two hw lanes and 9 with a hybrid one, and a CUDA
-    lane beside the engines slowed even the loader (7,200-9,000 photos/s). So one lane is
-    the default: the engines (scripts/bench/results/2026-11-26-h200-lanes/)."""
+    lane beside the engines slowed even the loader (7,200-9,000 photos/s). A lane splitting
+    each batch between the engines and a hybrid helper ("hw|hybrid:8") settled with half the
+    JPEGs on the helper and gained the loader 2-5% alone, ResNet-18 nothing, ResNet-50 -4
+    points (2026-11-26-h200-split). So one lane is the default: the engines
+    (scripts/bench/results/2026-11-26-h200-lanes/)."""
     if not isinstance(preferred, NvImageCodecJpeg) or preferred.device.type != "cuda":
         check_lanes(spec)  # a bad spec is an error here too
         if spec not in (None, 1):
