@@ -67,6 +67,9 @@ def get_args_parser() -> argparse.ArgumentParser:
                         "or the timed window is partly served from before the timer")
     p.add_argument("--max-seconds", type=float, default=45.0, help="cap on a timed region")
     p.add_argument("--workers", type=int, default=None, help="decode workers (default: cores-1)")
+    p.add_argument("--gpu-workers", type=int, default=None,
+                   help="packers with GPU decoding (default: the loader's: 8, or 16 for "
+                        "decode=auto's trial)")
     p.add_argument("--prefetch", default="2", help="comma-separated prefetch depths for ours")
     p.add_argument("--decode", default="cpu,cuda", help="comma-separated decode modes for ours")
     p.add_argument("--recipes", default="ceiling,ours,loader,loader-one-stream,decode,reader,"
@@ -167,7 +170,9 @@ def ceiling_batches(args, classes: int):
 def our_loader(archive, args, prefetch: int, decode: str = "cpu", options=None,
                lanes: str = "auto", large: str = "none", **kw) -> ImageLoader:
     from imageloader import Options
-    workers = args.workers if decode == "cpu" else None  # GPU decode: a few packers suffice
+    # GPU decode: the loader's own count of packers (8; 16 with decode="auto"'s trial),
+    # unless --gpu-workers says otherwise.
+    workers = args.workers if decode == "cpu" else getattr(args, "gpu_workers", None)
     options = options or Options()
     options = dataclasses.replace(options, gpu_decoder=args.gpu_decoder,
                                   gpu_lanes=None if lanes == "auto" else lanes,

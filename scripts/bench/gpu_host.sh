@@ -213,12 +213,14 @@ dali() {  # DALI (bench_dali.py) and ours (bench.py, the defaults) on one 16,000
 trial() {  # decode="auto" (its trial's choice) against both paths fixed, on each data kind:
   # its rate should be the better of "cuda" (GPU decoding) and "cpu". 200 untimed steps pass
   # the trial (62 batches an epoch; it needs ~110 and restarts its count at each epoch).
+  # Windows of 6 s, not 60 steps: ResNet-18's 60 steps took 1.2-1.8 s, and its auto-vs-cuda
+  # rows then differed by 0-9 points from one window to the next (2026-11-26-h200-split).
   for kind in photos fixed; do
     local archive="$data/$kind-16000.tgz"
     [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes "$kind" --images 16000 \
         --out "$archive" | tail -1
     python3 $here/bench.py --archive "$archive" --shards 0 --models resnet18,resnet50 \
-      --recipes ceiling,ours --decode auto,cuda,cpu --warmup 200 --steps 60 --max-seconds 12 \
+      --recipes ceiling,ours --decode auto,cuda,cpu --warmup 200 --steps 1000 --max-seconds 6 \
       --out "$out/trial-$kind.json" 2>&1 | grep --line-buffered -v "$quiet" \
       | tee "$out/trial-$kind.log" | tail -14
   done
