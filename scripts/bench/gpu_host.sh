@@ -14,6 +14,7 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR lanes fixed   # default) vs two, ~4-5 min each
 #   bash scripts/bench/gpu_host.sh OUT_DIR trial     # does decode="auto" keep the faster? ~7 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR threads   # what slows the training thread, ~2 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR packers   # auto vs cuda with 8 and 16 packers, ~4 min
 # bench builds two 32,000-image archives (ImageNet-like 500x375, and varied photos with a
 # tail of large ones: make_imagenet_like.py --sizes), measures the inflate rate per core and
 # the plain copy (bench_inflate.py), then on each archive: the loader alone (its first epoch and
@@ -226,6 +227,19 @@ trial() {  # decode="auto" (its trial's choice) against both paths fixed, on eac
   done
 }
 
+packers() {  # is decode="auto" ~3 points under "cuda" for ResNet-18 on photos because it keeps
+  # the 16 packers its CPU arm needed (cuda: 8)? cuda with 16 packers, beside auto and cuda.
+  local archive="$data/photos-16000.tgz"
+  [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes photos --images 16000 \
+      --out "$archive" | tail -1
+  local common="--archive $archive --shards 0 --models resnet18 --recipes ceiling,ours
+    --warmup 200 --steps 1000 --max-seconds 6"
+  python3 $here/bench.py $common --decode cuda,auto,cuda,auto --out "$out/packers-default.json" \
+    2>&1 | grep --line-buffered -v "$quiet" | tail -6
+  python3 $here/bench.py $common --decode cuda,cuda --gpu-workers 16 \
+    --out "$out/packers-16.json" 2>&1 | grep --line-buffered -v "$quiet" | tail -4
+}
+
 threads() {  # the GIL, busy cores and the loader's threads against ResNet-18's host side
   local archive="$data/photos-16000.tgz"
   [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes photos --images 16000 \
@@ -236,9 +250,9 @@ threads() {  # the GIL, busy cores and the loader's threads against ResNet-18's 
 
 case "$part" in
   none) ;;  # the wheels of .whl/ installed, nothing run (a first call before others)
-  tests|bench|overlap|remote|decoders|trial|threads) "$part" ;;
+  tests|bench|overlap|remote|decoders|trial|threads|packers) "$part" ;;
   dali) dali "${3:-photos}" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
-  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads or none" >&2; exit 2 ;;
+  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers or none" >&2; exit 2 ;;
 esac
