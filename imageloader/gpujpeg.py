@@ -29,7 +29,8 @@ nvImageCodec can be held to one engine: the GPU's hardware JPEG engines ("hw"; A
 H200), CUDA kernels ("cuda") or its own choice per image ("all"). Where the GPU has engines the
 loader decodes with them alone (photos 12,200 img/s against 10,400 for "all", decoders alone,
 H200) and gives what they refuse to "all". Several decoders can work on different batches at
-once (`lanes`, Options.gpu_lanes); one is the default, for the reasons measured there.
+once (`lanes`, Options.gpu_lanes), or two on each batch together (`SplitJpeg`); one decoder is
+the default, for the reasons measured there.
 
 Every decoder works on the current CUDA stream: its outputs are ready in stream order, and
 nvImageCodec decodes into kept images only after the work queued before on that stream (its
