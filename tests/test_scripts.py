@@ -197,3 +197,40 @@ def test_bench_dali_runs_dalis_recipe_on_the_extracted_archive(monkeypatch, tmp_
     assert 0 <= int(labels.min()) and int(labels.max()) < len(classes) == 10
     results = bench_dali.main(args)
     assert results["classes"] == 10 and results["loader"][0]["img_per_s"] > 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
+def test_probe_counts_cpu_by_python_thread_name_and_nices_its_busy_threads(monkeypatch):
+    """probe_host_threads: a busy Python thread's CPU is found under its own name (the kernel
+    calls every Python thread "python3"), and the busy threads run at the niceness asked."""
+    import os
+    import threading
+    import time
+    probe = load_script("probe_host_threads", monkeypatch)
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            pass
+
+    assert "probe-busy" not in probe.thread_cpu()
+    thread = threading.Thread(target=spin, name="probe-busy", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while probe.thread_cpu().get("probe-busy", 0.0) == 0.0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert probe.thread_cpu().get("probe-busy", 0.0) > 0.0
+    finally:
+        stop.set()
+        thread.join()
+    if os.getpriority(os.PRIO_PROCESS, 0) > 10:
+        pytest.skip("this process is niced past 10 already")
+    with probe.Interference(busy=2, nice=10) as busy:
+        deadline = time.monotonic() + 10  # each sets its own niceness as it starts
+        while True:
+            nices = [os.getpriority(os.PRIO_PROCESS, t.native_id) for t in busy.threads]
+            if nices == [10, 10] or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    assert nices == [10, 10]

@@ -32,15 +32,18 @@ from imageloader import configure_cuda_queues  # noqa: E402
 
 
 def thread_cpu() -> dict[str, float]:
-    """CPU seconds (user + system) of each live thread of this process, summed by name."""
+    """CPU seconds (user + system) of each live thread of this process, summed by name: the
+    Python thread's name where it is one (the kernel calls them all "python3"), else the
+    kernel's (nvImageCodec's pool, autograd's thread)."""
     ticks = os.sysconf("SC_CLK_TCK")
+    python_names = {thread.native_id: thread.name for thread in threading.enumerate()}
     out: dict[str, float] = collections.defaultdict(float)
     for tid in os.listdir("/proc/self/task"):
         try:
             stat = Path(f"/proc/self/task/{tid}/stat").read_text()
         except OSError:  # ended meanwhile
             continue
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        name = python_names.get(int(tid)) or stat[stat.index("(") + 1:stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2:].split()
         out[name] += (int(fields[11]) + int(fields[12])) / ticks
     return out
