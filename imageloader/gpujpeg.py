@@ -38,6 +38,7 @@ nvImageCodec decodes into kept images only after the work queued before on that 
 """
 from __future__ import annotations
 
+import collections
 import ctypes
 import io
 import logging
@@ -228,15 +229,16 @@ class SplitJpeg:
         self.engine = f"{first.engine}|{helper.engine}"
         self.device, self.mode = first.device, first.mode
         self.share = share  # of each batch's JPEGs, to the helper
-        self.shares: list[float] = []  # the share of each batch so far (what it settled on)
+        # The shares of the last batches (how it settled), bounded: a run has millions.
+        self.shares: collections.deque[float] = collections.deque(maxlen=1000)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="imageloader-split")
         weakref.finalize(self, self._pool.shutdown, wait=False)
         self._side = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
     def decode(self, datas: list[np.ndarray]) -> list:
         n = len(datas)
-        # The smallest JPEGs (by bytes: no header parsed here) to the helper: a small image
-        # costs the engines nearly as much per call as a larger one's share of pixels.
+        # The smallest JPEGs (by bytes: no header parsed here) to the helper: the engines
+        # pay a cost per image on top of its pixels, so they do best with the large ones.
         order = sorted(range(n), key=lambda i: -len(datas[i]))
         count = min(n - 1, round(n * self.share)) if n > 1 else 0
         mine, theirs = order[:n - count], order[n - count:]

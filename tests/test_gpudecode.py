@@ -235,7 +235,7 @@ def test_a_split_lane_decodes_every_jpeg_once_in_order_and_steers_to_the_faster(
         mine, theirs = first.calls[-1], helper.calls[-1]
         assert sorted(mine + theirs) == sorted(len(d) for d in datas)  # each once
         assert max(theirs) <= min(mine)  # the helper had the smallest
-    shares = split.shares + [split.share]
+    shares = [*split.shares, split.share]
     assert shares[0] == 0.3
     if slow == "helper":
         assert shares[-1] < 0.15, shares
