@@ -48,7 +48,7 @@ import time
 import warnings
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 import numpy as np
 import torch
@@ -419,7 +419,7 @@ def _engine_of(part: str) -> tuple[str, int | None]:
     return engine, int(threads) if threads else None
 
 
-def _bad_lane(part: str):
+def _bad_lane(part: str) -> NoReturn:
     raise ValueError(f"gpu_lanes: {part!r} is not an engine of {ENGINES} with optional "
                      f"':threads', or two such split by '|' (e.g. 'hw+hw', 'hw:2+cuda:4', "
                      f"'hw|hybrid:4')")

@@ -172,7 +172,7 @@ def our_loader(archive, args, prefetch: int, decode: str = "cpu", options=None,
     from imageloader import Options
     # GPU decode: the loader's own count of packers (8; 16 with decode="auto"'s trial),
     # unless --gpu-workers says otherwise.
-    workers = args.workers if decode == "cpu" else getattr(args, "gpu_workers", None)
+    workers = args.workers if decode == "cpu" else args.gpu_workers
     options = options or Options()
     options = dataclasses.replace(options, gpu_decoder=args.gpu_decoder,
                                   gpu_lanes=None if lanes == "auto" else lanes,

@@ -137,7 +137,7 @@ def main() -> None:
     p.add_argument("--gpu-decoder", default="auto")
     p.add_argument("--out", default="bench-out/threads.json")
     args = p.parse_args()
-    args.workers = None
+    args.workers = args.gpu_workers = None  # bench.our_loader's: the loader's defaults
     configure_cuda_queues()
     trainer = bench.Trainer(args.model, 100)
     cores = os.cpu_count() or 1
