@@ -46,7 +46,6 @@ import os
 import sys
 import time
 import warnings
-import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import NoReturn, Protocol
 
@@ -231,8 +230,9 @@ class SplitJpeg:
         self.share = share  # of each batch's JPEGs, to the helper
         # The shares of the last batches (how it settled), bounded: a run has millions.
         self.shares: collections.deque[float] = collections.deque(maxlen=1000)
+        # Its thread ends when the pool is collected with this decoder (the executor's own
+        # weakref callback), so a dropped loader leaves none behind.
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="imageloader-split")
-        weakref.finalize(self, self._pool.shutdown, wait=False)
         self._side = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
     def decode(self, datas: list[np.ndarray]) -> list:

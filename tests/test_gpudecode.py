@@ -250,6 +250,22 @@ def test_a_split_lane_sends_a_single_jpeg_to_the_first_decoder():
     assert first.calls == [[len(photo(1, (40, 30)))]] and helper.calls == []
 
 
+def test_a_dropped_split_lane_ends_its_helper_thread():
+    """SplitJpeg's helper thread is ended when the decoder is dropped (a loader let go of)."""
+    import gc
+    import threading
+    split = SplitJpeg(EnginePillow("hw"), EnginePillow("hybrid"), share=0.5)
+    split.decode([np.frombuffer(photo(seed, (40, 30)), np.uint8) for seed in range(4)])
+    assert any(t.name.startswith("imageloader-split") for t in threading.enumerate())
+    del split
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while any(t.name.startswith("imageloader-split") for t in threading.enumerate()) \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(t.name.startswith("imageloader-split") for t in threading.enumerate())
+
+
 def cuda_loader(path, decode, **kw):
     kw.setdefault("normalize", False)
     kw.setdefault("workers", 2)
