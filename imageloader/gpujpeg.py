@@ -57,6 +57,8 @@ DECODERS = ("nvimgcodec", "torchcodec", "torchvision")
 ENGINES = ("all", "hw", "cuda", "hybrid")
 CUDA_ENGINE_THREADS = 4
 HYBRID_ENGINE_THREADS = 8
+# A split lane's helper of these engines takes each batch's largest JPEGs, others the smallest.
+HELPER_TAKES_LARGEST = frozenset({"cuda"})
 DEFAULT_LANES: int | str = 1  # more lanes cost ResNet-18 0-9 points on photos: see `lanes`
 _NVJPEG_WHEEL_LIBS = ("nvidia/cu13/lib/libnvjpeg.so.13", "nvidia/nvjpeg/lib/libnvjpeg.so.12")
 
@@ -210,9 +212,12 @@ class NvImageCodecJpeg:
 
 class SplitJpeg:
     """One batch decoded by two nvImageCodec decoders at once: `first` (the hardware engines)
-    takes the larger JPEGs, `helper` (e.g. "hybrid": Huffman on a few CPU threads, the rest
-    in CUDA) the smaller ones, in a thread and on a CUDA stream of its own. The helper's
-    share of each batch follows both decoders' measured rates, so they finish together.
+    and `helper`, in a thread and on a CUDA stream of its own. A "hybrid" helper (Huffman on
+    a few CPU threads, the rest in CUDA) takes the smallest JPEGs; a "cuda" helper (Huffman
+    on the GPU too) the largest: its cost per image is ~3x the engines' (~43 against ~12 us,
+    beside ~470 against ~160 us per megapixel; bench_decoders.py, H200), so it pays where the
+    pixels are. The helper's share of each batch follows both decoders' measured rates, so
+    they finish together.
 
     Lanes (`lanes`) give each decoder whole batches, handed out in order: a slow one holds
     back the batches after its own (the engines beside a CUDA lane fed the loader 7,200
@@ -226,6 +231,7 @@ class SplitJpeg:
                  share: float = 0.1):
         self.first, self.helper = first, helper
         self.engine = f"{first.engine}|{helper.engine}"
+        self.helper_takes_largest = helper.engine in HELPER_TAKES_LARGEST
         self.device, self.mode = first.device, first.mode
         self.share = share  # of each batch's JPEGs, to the helper
         # The shares of the last batches (how it settled), bounded: a run has millions.
@@ -237,11 +243,12 @@ class SplitJpeg:
 
     def decode(self, datas: list[np.ndarray]) -> list:
         n = len(datas)
-        # The smallest JPEGs (by bytes: no header parsed here) to the helper: the engines
-        # pay a cost per image on top of its pixels, so they do best with the large ones.
-        order = sorted(range(n), key=lambda i: -len(datas[i]))
+        # By bytes (no header parsed here), the helper's end of the batch first: its share
+        # is the first `count` of this order, the first decoder's the rest.
+        order = sorted(range(n), key=lambda i: len(datas[i]),
+                       reverse=self.helper_takes_largest)
         count = min(n - 1, round(n * self.share)) if n > 1 else 0
-        mine, theirs = order[:n - count], order[n - count:]
+        theirs, mine = order[:count], order[count:]
         helped = self._pool.submit(self._help, [datas[i] for i in theirs],
                                    self._mark()) if theirs else None
         started = time.perf_counter()

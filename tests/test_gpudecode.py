@@ -217,16 +217,19 @@ def test_gpu_stage_geometry_matches_the_cpu_path(train, decoder):
 
 
 @pytest.mark.parametrize("slow", ["helper", "first"])
-def test_a_split_lane_decodes_every_jpeg_once_in_order_and_steers_to_the_faster(slow):
-    """SplitJpeg: each call's smallest JPEGs go to the helper, the rest to the first decoder,
-    at once; the images come back in the caller's order; the helper's share falls when it is
-    the slower (per image) and rises when the first one is."""
+@pytest.mark.parametrize("helper_engine", ["hybrid", "cuda"])
+def test_a_split_lane_decodes_every_jpeg_once_in_order_and_steers_to_the_faster(
+        slow, helper_engine):
+    """SplitJpeg: each call's smallest JPEGs go to a hybrid helper, the largest to a CUDA
+    one, the rest to the first decoder, at once; the images come back in the caller's
+    order; the helper's share falls when it is the slower (per image) and rises when the
+    first one is."""
     files = [photo(seed, (60 + 23 * (seed % 9), 40 + 17 * (seed % 5))) for seed in range(24)]
     datas = [np.frombuffer(data, np.uint8) for data in files]
     first = EnginePillow("hw", delay=0.004 if slow == "first" else 0.0)
-    helper = EnginePillow("hybrid", delay=0.004 if slow == "helper" else 0.0)
+    helper = EnginePillow(helper_engine, delay=0.004 if slow == "helper" else 0.0)
     split = SplitJpeg(first, helper, share=0.3)
-    assert split.engine == "hw|hybrid"
+    assert split.engine == f"hw|{helper_engine}"
     for _ in range(6):
         images = split.decode(datas)
         for data, image in zip(files, images):
@@ -234,7 +237,10 @@ def test_a_split_lane_decodes_every_jpeg_once_in_order_and_steers_to_the_faster(
             assert np.array_equal(image.numpy(), pillow)
         mine, theirs = first.calls[-1], helper.calls[-1]
         assert sorted(mine + theirs) == sorted(len(d) for d in datas)  # each once
-        assert max(theirs) <= min(mine)  # the helper had the smallest
+        if helper_engine == "cuda":
+            assert min(theirs) >= max(mine)  # the helper had the largest
+        else:
+            assert max(theirs) <= min(mine)  # the helper had the smallest
     shares = [*split.shares, split.share]
     assert shares[0] == 0.3
     if slow == "helper":
@@ -546,7 +552,7 @@ def nvimgcodec_engine(engine: str):
 
 
 @cuda
-@pytest.mark.parametrize("engine", ENGINES + ("hw|hybrid",))
+@pytest.mark.parametrize("engine", ENGINES + ("hw|hybrid", "hw|cuda"))
 def test_each_nvimgcodec_engine_matches_the_cpu_path(engine):
     """The lanes' engines (hardware, CUDA with Huffman on the GPU, nvImageCodec's choice) on
     sizes up to 5 MP, every subsampling and grayscale, through the whole GPU stage."""
@@ -574,7 +580,7 @@ def test_the_hardware_lane_decodes_what_the_engines_refuse_with_the_other_backen
 @cuda
 def test_lanes_give_the_same_batches_as_one_lane(tmp_path):
     """Three lanes decoding different batches at once, and one lane splitting each batch
-    between the engines and a hybrid helper: the same batches in the same order as one lane
+    between the engines and a hybrid or a CUDA helper: the same batches in the same order as one lane
     (evaluation: archive order), every image once, pixels within the decoders' difference;
     the stats name the lanes."""
     files = [(f"t/c{k % 4}/{k}.jpg", photo(k, (96 + 8 * (k % 5), 72))) for k in range(80)]
@@ -582,7 +588,8 @@ def test_lanes_give_the_same_batches_as_one_lane(tmp_path):
     got = {}
     specs = [1, 3]
     if "nvimgcodec" in gpu_decoders_here() and has_jpeg_engines(nvimgcodec_engine("all")):
-        specs.append("hw|hybrid:2")  # one lane, each batch split between two decoders
+        # one lane, each batch split between two decoders (the helper's end of it differs)
+        specs += ["hw|hybrid:2", "hw|cuda"]
     for lanes in specs:
         with cuda_loader(path, "cuda", train=False, options=Options(gpu_lanes=lanes)) as loader:
             assert len(loader._gpu) == (3 if lanes == 3 else 1)
@@ -600,7 +607,7 @@ def test_lanes_give_the_same_batches_as_one_lane(tmp_path):
 
 @cuda
 @pytest.mark.parametrize("name", DECODERS + tuple(f"nvimgcodec:{e}"
-                                                  for e in ENGINES[1:] + ("hw|hybrid",)))
+                                                  for e in ENGINES[1:] + ("hw|hybrid", "hw|cuda")))
 def test_a_busy_gpu_never_lets_the_next_decode_overwrite_images_before_their_crops(name):
     """nvImageCodec decodes each batch into the images it kept from the last one. With the
     side stream busy (a long kernel queued first), batch A's crops wait behind it; batch B's
