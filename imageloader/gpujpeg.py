@@ -29,8 +29,9 @@ nvImageCodec can be held to one engine: the GPU's hardware JPEG engines ("hw"; A
 H200), CUDA kernels ("cuda") or its own choice per image ("all"). Where the GPU has engines the
 loader decodes with them alone (photos 12,200 img/s against 10,400 for "all", decoders alone,
 H200) and gives what they refuse to "all". Several decoders can work on different batches at
-once (`lanes`, Options.gpu_lanes), or two on each batch together (`SplitJpeg`); one decoder is
-the default, for the reasons measured there.
+once (`lanes`, Options.gpu_lanes), or two on each batch together (`SplitJpeg`): by default
+the engines with a CUDA helper that takes the largest JPEGs while training waits for data,
+for the reasons measured there.
 
 Every decoder works on the current CUDA stream: its outputs are ready in stream order, and
 nvImageCodec decodes into kept images only after the work queued before on that stream (its
@@ -47,7 +48,7 @@ import sys
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from typing import NoReturn, Protocol
+from typing import Callable, NoReturn, Protocol
 
 import numpy as np
 import torch
@@ -59,7 +60,18 @@ CUDA_ENGINE_THREADS = 4
 HYBRID_ENGINE_THREADS = 8
 # A split lane's helper of these engines takes each batch's largest JPEGs, others the smallest.
 HELPER_TAKES_LARGEST = frozenset({"cuda"})
-DEFAULT_LANES: int | str = 1  # more lanes cost ResNet-18 0-9 points on photos: see `lanes`
+# ...and of those only JPEGs of at least this many times the batch's median bytes: on uniform
+# images (ImageNet-like) it then idles, where taking its share of them slowed the loader alone
+# by 19%; on photos it takes the tail of large ones (results/2026-11-26-h200-gpushare).
+LARGE_JPEG_FACTOR = 2.0
+# A split lane's helper works while the consumer waits for batches (none finished and not
+# yet taken) on at least this share of its recent batches; less, and the model is what is
+# slow: the helper's share decays to nothing, so its CUDA kernels and threads do not slow a
+# GPU-bound model (ResNet-50 on photos lost 2-3 points to it).
+NEEDED_TO_HELP = 0.5
+# Where the GPU has JPEG engines: one lane, each batch split between them and a CUDA helper
+# that works only while training waits for data (see `lanes`); elsewhere one decoder.
+DEFAULT_SPLIT = "hw|cuda:8"
 _NVJPEG_WHEEL_LIBS = ("nvidia/cu13/lib/libnvjpeg.so.13", "nvidia/nvjpeg/lib/libnvjpeg.so.12")
 
 
@@ -228,7 +240,7 @@ class SplitJpeg:
     stream_ordered = True  # the helper's stream waits for ours before, ours for it after
 
     def __init__(self, first: NvImageCodecJpeg, helper: NvImageCodecJpeg,
-                 share: float = 0.1):
+                 share: float = 0.1, backlog: Callable[[], int] | None = None):
         self.first, self.helper = first, helper
         self.engine = f"{first.engine}|{helper.engine}"
         self.helper_takes_largest = helper.engine in HELPER_TAKES_LARGEST
@@ -240,14 +252,19 @@ class SplitJpeg:
         # weakref callback), so a dropped loader leaves none behind.
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="imageloader-split")
         self._side = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        # Batches finished and not yet taken by the consumer (prefetch.Backlog; None: always
+        # help), and the smoothed share of batches decoded while there were none.
+        self.backlog = backlog
+        self.needed = 1.0
 
     def decode(self, datas: list[np.ndarray]) -> list:
+        self._follow_demand()
         n = len(datas)
         # By bytes (no header parsed here), the helper's end of the batch first: its share
         # is the first `count` of this order, the first decoder's the rest.
         order = sorted(range(n), key=lambda i: len(datas[i]),
                        reverse=self.helper_takes_largest)
-        count = min(n - 1, round(n * self.share)) if n > 1 else 0
+        count = self._helper_count(datas)
         theirs, mine = order[:count], order[count:]
         helped = self._pool.submit(self._help, [datas[i] for i in theirs],
                                    self._mark()) if theirs else None
@@ -267,6 +284,30 @@ class SplitJpeg:
             out[i] = image
         self._steer(len(mine), first_s, len(theirs), helper_s)
         return out
+
+    def _helper_count(self, datas: list[np.ndarray]) -> int:
+        n = len(datas)
+        # At least one while it has a share: its rate stays measured, so it can be steered.
+        count = min(n - 1, max(1, round(n * self.share))) if n > 1 and self.share else 0
+        if self.helper_takes_largest and count:
+            least = LARGE_JPEG_FACTOR * float(np.median([len(d) for d in datas]))
+            count = min(count, sum(len(d) >= least for d in datas))
+        return count
+
+    def _follow_demand(self) -> None:
+        """The helper works only while the consumer waits for batches: with batches finished
+        and not taken, the model is slower than decoding (ResNet-50), and the helper's GPU
+        kernels would only slow it. (The time between its calls did not tell: under
+        ResNet-50 a split lane so gated kept its share, 2026-11-26-h200-gpushare.)
+        Not needed: its share halves each batch, to none; needed again: it restarts from 2%
+        and is steered."""
+        if self.backlog is None:
+            return
+        self.needed = 0.8 * self.needed + 0.2 * (self.backlog() == 0)
+        if self.needed < NEEDED_TO_HELP:
+            self.share = self.share / 2 if self.share >= 0.02 else 0.0
+        elif self.share < 0.02:
+            self.share = 0.02
 
     def _mark(self):
         """An event after the work queued so far on our stream: the last batch's crops, which
@@ -293,10 +334,11 @@ class SplitJpeg:
     def _steer(self, mine: int, first_s: float, theirs: int, helper_s: float) -> None:
         """Move the helper's share towards where both would have finished together: its rate
         over both rates, each measured on this batch while the other ran. Smoothed, and kept
-        between 2% (so the helper's rate stays measured) and 60%."""
+        between 2% (so the helper's rate stays measured while it works) and 60%."""
         self.shares.append(self.share)
-        if not (mine and theirs and first_s > 0 and helper_s > 0):
-            return
+        if self.needed < NEEDED_TO_HELP or not (mine and theirs and first_s > 0
+                                                and helper_s > 0):
+            return  # not needed (_follow_demand lets its share decay), or nothing measured
         first_rate, helper_rate = mine / first_s, theirs / helper_s
         target = helper_rate / (first_rate + helper_rate)
         self.share = min(0.6, max(0.02, 0.7 * self.share + 0.3 * target))
@@ -346,7 +388,8 @@ def available(device: torch.device, mode: str, choice: str = "auto",
     return found
 
 
-def lanes(preferred: JpegDecoder, spec: int | str | None = None) -> list[JpegDecoder]:
+def lanes(preferred: JpegDecoder, spec: int | str | None = None,
+          backlog: Callable[[], int] | None = None) -> list[JpegDecoder]:
     """Decoders for the lanes of GPU decoding, each decoding its own batches at the same time
     as the others (prefetch.Prefetcher(lanes=...)).
 
@@ -367,8 +410,13 @@ def lanes(preferred: JpegDecoder, spec: int | str | None = None) -> list[JpegDec
     lane beside the engines slowed even the loader (7,200-9,000 photos/s). A lane splitting
     each batch between the engines and a hybrid helper ("hw|hybrid:8") settled with half the
     JPEGs on the helper and gained the loader 2-5% alone, ResNet-18 nothing, ResNet-50 -4
-    points (2026-11-26-h200-split). So one lane is the default: the engines
-    (scripts/bench/results/2026-11-26-h200-lanes/)."""
+    points (2026-11-26-h200-split). A CUDA helper (Huffman on the GPU, 8 threads) taking
+    the largest JPEGs, only those of over twice the batch's median bytes, and only while
+    the consumer waits for batches ("hw|cuda:8", 2026-11-26-h200-gpushare): photos alone
+    +5 to +22% (11,100-12,300 -> 11,700-13,900 img/s), ResNet-18 on photos 80.6, 80.4%
+    against 80.1, 77.3% (8 s windows, interleaved), ResNet-50 96.1% against 96.2%;
+    ImageNet-like alone -6 / +5% on two hosts, ResNet-18 +0.7 / +1.9 points. So where the
+    GPU has engines that split lane is the default (None); `1` is the engines alone."""
     if not isinstance(preferred, NvImageCodecJpeg) or preferred.device.type != "cuda":
         check_lanes(spec)  # a bad spec is an error here too
         if spec not in (None, 1):
@@ -385,7 +433,8 @@ def lanes(preferred: JpegDecoder, spec: int | str | None = None) -> list[JpegDec
             else:
                 decoders.append(NvImageCodecJpeg(preferred.device, preferred.mode,
                                                  threads=threads, engine=kind))
-        made.append(SplitJpeg(*decoders) if len(decoders) == 2 else decoders[0])
+        made.append(SplitJpeg(*decoders, backlog=backlog) if len(decoders) == 2
+                    else decoders[0])
     return made
 
 
@@ -402,7 +451,7 @@ def _lane_kinds(spec: int | str | None,
     """For each lane of `spec` (see `lanes`), its decoders: [(engine, CPU threads or None)],
     two where the lane splits each batch ("hw|hybrid:4")."""
     if spec is None:
-        spec = DEFAULT_LANES
+        spec = DEFAULT_SPLIT if engines else 1
     if isinstance(spec, str) and not spec.isdigit():
         kinds = []
         for lane in spec.split("+"):

@@ -39,7 +39,7 @@ from .gpujpeg import available as gpu_jpeg_decoders, check_lanes, lanes as gpu_l
 from .index import file_stamp
 from .plan import Plan, Position, Settings, check_resume, cores, make_plan
 from .pool import BufferPool
-from .prefetch import Normalize, Prefetcher, resolve_device
+from .prefetch import Backlog, Normalize, Prefetcher, resolve_device
 from .read import Region, Source, expand_sources
 from .remote import RemoteOptions, share_scans
 from .runtime import LocalProducer, Runtime
@@ -92,7 +92,8 @@ class Options:
     gpu_lanes: int | str | None = None  # decode="cuda": GPU decoders at work on different
                                         # batches at once, a number or engines spelled out
                                         # ("hw:2+hw:2"), or one batch split between two
-                                        # ("hw|hybrid:4"); None: one (gpujpeg.lanes)
+                                        # ("hw|cuda:8"); None: that split where the GPU
+                                        # has JPEG engines, else one (gpujpeg.lanes)
     cpu_large: int | None = None        # decode="cuda": images of at least this many
                                         # pixels are decoded by the packers on the CPU
                                         # (DCT-scaled), not by the GPU's JPEG engines
@@ -229,12 +230,15 @@ class ImageLoader:
         if self.decode == "cuda":
             # One GpuDecode per lane: each has its decoder, its kept images and its side
             # stream, and works on a batch of its own (prefetch.py keeps them in order).
+            # A split lane's helper works only while the consumer waits for batches.
+            backlog = Backlog()
             self._gpu = [GpuDecode(self.decoder, self.normalize, self.device, [lane],
                                    crop=options.gpu_crop)
-                         for lane in gpu_lanes(jpeg[0], options.gpu_lanes)]
+                         for lane in gpu_lanes(jpeg[0], options.gpu_lanes, backlog)]
             self.prefetcher = Prefetcher((), self.device, prefetch=max(prefetch, 1),
                                          lanes=[GpuStep(gpu) for gpu in self._gpu],
-                                         threaded=True, stall_timeout=options.timeout)
+                                         threaded=True, stall_timeout=options.timeout,
+                                         backlog=backlog)
             self._fill = JpegPacker(self.decoder, cpu_pixels=options.cpu_large)
             self.cpu_share = share_control(options.cpu_share, trial=trial,
                                            in_flight=self._buffer_count())

@@ -236,6 +236,24 @@ class _InFlight:
     ready: Any                       # torch.cuda.Event recorded on the side stream
 
 
+class Backlog:
+    """How many batches the prefetch lanes have finished that the consumer has not taken yet:
+    0 when the training loop waits for the loader, up to `prefetch` when the loader is ahead.
+    Read by decoders that add work only while they are what the consumer waits for
+    (gpujpeg.SplitJpeg). Its own object, so a decoder reading it holds no Prefetcher."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._count = 0
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self._count += n
+
+    def __call__(self) -> int:
+        return self._count
+
+
 class Prefetcher:
     """Iterate `source` with batches copied to `device` up to `prefetch` batches ahead.
 
@@ -249,7 +267,8 @@ class Prefetcher:
                  prefetch: int = 2, item_transform: Callable[[Any], Any] | None = None,
                  staging_slots: int | None = None, threaded: bool = False,
                  priority: int = 0, stall_timeout: float | None = None,
-                 lanes: list[Callable[[Any], Any]] | None = None):
+                 lanes: list[Callable[[Any], Any]] | None = None,
+                 backlog: Backlog | None = None):
         if prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {prefetch}")
         if lanes is not None and (item_transform is not None or not threaded or not lanes):
@@ -273,6 +292,8 @@ class Prefetcher:
         # device's range). A high priority lets the block scheduler start our few small
         # kernels between a training kernel's blocks instead of after the whole kernel.
         self.priority = priority
+        # threaded: batches finished by the lanes and not yet handed out (see Backlog).
+        self.backlog = backlog if backlog is not None else Backlog()
         self._sides: dict[int, torch.cuda.Stream] = {}
         # Benchmarks set record_waits: then each hand-over records (before, after) events on
         # the consumer stream around its wait, i.e. the copy time the consumer was exposed to.
@@ -396,6 +417,7 @@ class Prefetcher:
                     return
                 if isinstance(job, BaseException):
                     raise job
+                self.backlog.add(-1)
                 room.release()  # handed out: a lane may take the next item
                 yield self._hand_over(job)
         finally:
@@ -475,6 +497,7 @@ class Prefetcher:
                     return
                 with busy:
                     job = self._submit(*pair)
+                self.backlog.add(1)  # before the consumer can take it: never below 0
                 jobs.put((number, job))
                 number = None
         except BaseException as error:  # raised in the consumer's loop, at this item's turn

@@ -21,6 +21,7 @@ from imageloader.batch import FALLBACK, batch_layout, views_of
 from imageloader.decode import Augment, Decoder, JpegPacker, gpu_screen
 from imageloader.errors import Limits
 from imageloader.gpudecode import GpuDecode, Packed, choose_crop
+from imageloader.prefetch import Backlog
 from imageloader.gpujpeg import (DECODERS, ENGINES, NvImageCodecJpeg, SplitJpeg, available,
                                  has_jpeg_engines)
 from imageloader.pool import BufferPool
@@ -247,6 +248,60 @@ def test_a_split_lane_decodes_every_jpeg_once_in_order_and_steers_to_the_faster(
         assert shares[-1] < 0.15, shares
     else:
         assert shares[-1] > 0.45, shares
+
+
+def test_a_cuda_helper_takes_only_jpegs_far_above_the_batch_median():
+    """On images of one size (ImageNet-like) a CUDA helper gets none; beside a tail of large
+    ones it gets those alone, however large its share."""
+    uniform = [np.frombuffer(photo(seed, (120, 90)), np.uint8) for seed in range(16)]
+    first, helper = EnginePillow("hw"), EnginePillow("cuda")
+    split = SplitJpeg(first, helper, share=0.5)
+    split.decode(uniform)
+    assert helper.calls == [] and len(first.calls[-1]) == 16
+    large = [np.frombuffer(photo(100 + seed, (480, 360)), np.uint8) for seed in range(3)]
+    split.decode(uniform + large)
+    assert sorted(helper.calls[-1]) == sorted(len(d) for d in large)
+
+
+def test_a_split_lane_helps_only_while_the_consumer_waits_for_batches():
+    """Batches finished and not taken (the model is slower than decoding): the helper's share
+    falls to none and it gets nothing; none waiting again: it is back at work."""
+    datas = [np.frombuffer(photo(seed, (60 + 23 * (seed % 9), 40)), np.uint8)
+             for seed in range(16)]
+    first, helper = EnginePillow("hw"), EnginePillow("hybrid")
+    backlog = Backlog()
+    split = SplitJpeg(first, helper, share=0.4, backlog=backlog)
+    backlog.add(2)  # the consumer has two batches to take
+    for _ in range(12):
+        split.decode(datas)
+    assert split.needed < 0.5 and split.share == 0.0
+    calls = len(helper.calls)
+    split.decode(datas)
+    assert len(helper.calls) == calls  # not needed: nothing to the helper
+    backlog.add(-2)  # the consumer waits
+    for _ in range(20):
+        split.decode(datas)
+    assert split.needed > 0.5 and split.share > 0 and len(helper.calls) > calls
+
+
+@cuda
+def test_the_prefetch_backlog_counts_batches_finished_and_not_taken():
+    """What SplitJpeg reads: it rises as lanes finish batches the consumer has not taken and
+    is back to 0 once all are taken (the threaded prefetch stage: CUDA only)."""
+    from imageloader.prefetch import Prefetcher
+    backlog = Backlog()
+    items = [torch.full((2,), k) for k in range(6)]
+    prefetcher = Prefetcher(items, "cuda", prefetch=3, threaded=True, backlog=backlog,
+                            lanes=[lambda item: item])
+    it = iter(prefetcher)
+    assert next(it).tolist() == [0, 0]
+    deadline = time.monotonic() + 10
+    while backlog() < 4 and time.monotonic() < deadline:  # the lane runs ahead, then stops
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert backlog() == 4  # prefetch + one in the lane: all it may take before a hand-out
+    assert [x[0].item() for x in it] == [1, 2, 3, 4, 5]
+    assert backlog() == 0
 
 
 def test_a_split_lane_sends_a_single_jpeg_to_the_first_decoder():

@@ -234,3 +234,33 @@ def test_probe_counts_cpu_by_python_thread_name_and_nices_its_busy_threads(monke
                 break
             time.sleep(0.05)
     assert nices == [10, 10]
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_probe_gpu_share_graphed_step_trains_as_the_eager_one(monkeypatch):
+    """probe_gpu_share's CUDA graph of the training step (forward, backward, SGD) moves the
+    weights as bench.Trainer's eager step does from the same weights and batch; a replay
+    reads the batch copied into its static input, not the one it was captured with."""
+    import torch
+    probe = load_script("probe_gpu_share", monkeypatch)
+    bench = sys.modules["bench"]
+    torch.manual_seed(0)
+    eager = bench.Trainer("resnet18", 10)
+    graphed_trainer = bench.Trainer("resnet18", 10)
+    graphed_trainer.model.load_state_dict(eager.model.state_dict())
+    capture = (torch.rand(8, 3, 64, 64, device="cuda").contiguous(
+        memory_format=torch.channels_last), torch.randint(0, 10, (8,), device="cuda"))
+    graphed = probe.GraphedStep(graphed_trainer, *capture)  # 3 warm-up steps on `capture`
+    for _ in range(3):
+        eager.step(*capture)
+    batch = (torch.rand(8, 3, 64, 64, device="cuda").contiguous(
+        memory_format=torch.channels_last), torch.randint(0, 10, (8,), device="cuda"))
+    before = [p.detach().clone() for p in graphed_trainer.model.parameters()]
+    eager.step(*batch)
+    graphed.step(*batch)
+    torch.cuda.synchronize()
+    moved = sum((p - b).abs().sum().item() for p, b in
+                zip(graphed_trainer.model.parameters(), before))
+    assert moved > 0
+    for p, q in zip(eager.model.parameters(), graphed_trainer.model.parameters()):
+        assert torch.allclose(p, q, atol=2e-3, rtol=1e-2)

@@ -15,6 +15,8 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR trial     # does decode="auto" keep the faster? ~7 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR threads   # what slows the training thread, ~2 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR packers   # auto vs cuda with 8 and 16 packers, ~4 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR share     # the GPU or the host: what holds ResNet-18
+#                                                    # back when the loader feeds it? ~4 min
 # bench builds two 32,000-image archives (ImageNet-like 500x375, and varied photos with a
 # tail of large ones: make_imagenet_like.py --sizes), measures the inflate rate per core and
 # the plain copy (bench_inflate.py), then on each archive: the loader alone (its first epoch and
@@ -248,11 +250,21 @@ threads() {  # the GIL, busy cores and the loader's threads against ResNet-18's 
     | grep --line-buffered -v "$quiet" | tee "$out/threads.log" | tail -20
 }
 
+share() {  # probe_gpu_share.py: the loader beside a graphed ResNet-18 step (the GPU shared,
+  # the host idle), feeding it graphed and eager; one engines lane and a split one
+  local archive="$data/photos-16000.tgz"
+  [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes photos --images 16000 \
+      --out "$archive" | tail -1
+  python3 $here/probe_gpu_share.py --archive "$archive" --gpu-lanes "${LANES:-auto,hw|cuda:8}" \
+    --out "$out/gpu-share.json" 2>&1 | grep --line-buffered -v "$quiet" \
+    | tee "$out/gpu-share.log" | tail -20
+}
+
 case "$part" in
   none) ;;  # the wheels of .whl/ installed, nothing run (a first call before others)
-  tests|bench|overlap|remote|decoders|trial|threads|packers) "$part" ;;
+  tests|bench|overlap|remote|decoders|trial|threads|packers|share) "$part" ;;
   dali) dali "${3:-photos}" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
-  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers or none" >&2; exit 2 ;;
+  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share or none" >&2; exit 2 ;;
 esac
