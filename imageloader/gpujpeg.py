@@ -257,6 +257,11 @@ class SplitJpeg:
         self.backlog = backlog
         self.needed = 1.0
 
+    @property
+    def mean_share(self) -> float:
+        """The helper's share over the last batches (up to 1,000)."""
+        return float(np.mean(self.shares)) if self.shares else self.share
+
     def decode(self, datas: list[np.ndarray]) -> list:
         self._follow_demand()
         n = len(datas)

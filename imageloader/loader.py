@@ -443,7 +443,7 @@ class ImageLoader:
     def decode_name(self) -> str:
         """Where and with what images are decoded, e.g.
         "cuda (nvimgcodec, lanes: hw+cuda+hw, crops: triton)"; "lanes: hw|hybrid 18%" for a
-        lane that splits its batches, with the helper's share now."""
+        lane that splits its batches, with the helper's mean share of the last batches."""
         if self._gpu is None:
             return "cpu (Pillow)"
         first = self._gpu[0]
@@ -510,6 +510,7 @@ def _inflater_name(sources, options: Options, copies: dict) -> str:
 
 
 def _lane_name(jpeg) -> str:
-    """A lane's engine ("hw"), or its two and the helper's share ("hw|hybrid 18%")."""
+    """A lane's engine ("hw"), or its two and the helper's mean share of the last batches
+    ("hw|cuda 8%"; its share now would say little: it decays once nobody takes batches)."""
     name = getattr(jpeg, "engine", jpeg.name)
-    return f"{name} {jpeg.share:.0%}" if "|" in name else name
+    return f"{name} {jpeg.mean_share:.0%}" if "|" in name else name

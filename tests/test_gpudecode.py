@@ -244,6 +244,7 @@ def test_a_split_lane_decodes_every_jpeg_once_in_order_and_steers_to_the_faster(
             assert max(theirs) <= min(mine)  # the helper had the smallest
     shares = [*split.shares, split.share]
     assert shares[0] == 0.3
+    assert split.mean_share == pytest.approx(np.mean(shares[:-1]))  # what stats show
     if slow == "helper":
         assert shares[-1] < 0.15, shares
     else:
