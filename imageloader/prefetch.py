@@ -250,8 +250,14 @@ class Backlog:
         with self._lock:
             self._count += n
 
+    def reset(self) -> None:
+        """At each run's start: batches an earlier run finished and never handed out (a
+        `break`, a newer iterator) are not waiting for this one's consumer."""
+        with self._lock:
+            self._count = 0
+
     def __call__(self) -> int:
-        return self._count
+        return max(0, self._count)  # a stopped run's lane may finish after the next reset
 
 
 class Prefetcher:
@@ -387,6 +393,7 @@ class Prefetcher:
         # in each lane, however far the fast lanes run ahead of a slow one.
         collected: queue.Queue = queue.Queue(maxsize=2)
         jobs: queue.Queue = queue.Queue()
+        self.backlog.reset()
         room = threading.Semaphore(self.prefetch + len(self.lanes))
         stop = threading.Event()
         busy = [_Busy() for _ in self.lanes]

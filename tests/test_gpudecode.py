@@ -303,6 +303,17 @@ def test_the_prefetch_backlog_counts_batches_finished_and_not_taken():
     assert backlog() == 4  # prefetch + one in the lane: all it may take before a hand-out
     assert [x[0].item() for x in it] == [1, 2, 3, 4, 5]
     assert backlog() == 0
+    again = iter(prefetcher)  # a run left early leaves nothing waiting for the next one
+    next(again)
+    deadline = time.monotonic() + 10
+    while backlog() < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    again.close()  # four finished, never taken
+    third = iter(prefetcher)
+    assert next(third).tolist() == [0, 0]
+    time.sleep(0.5)  # its lane fills up again
+    assert backlog() == 4, backlog()  # this run's only (not 8)
+    third.close()
 
 
 def test_a_split_lane_sends_a_single_jpeg_to_the_first_decoder():
