@@ -227,7 +227,8 @@ class SplitJpeg:
     and `helper`, in a thread and on a CUDA stream of its own. A "hybrid" helper (Huffman on
     a few CPU threads, the rest in CUDA) takes the smallest JPEGs; a "cuda" helper (Huffman
     on the GPU too) the largest: its cost per image is ~3x the engines' (~43 against ~12 us,
-    beside ~470 against ~160 us per megapixel; bench_decoders.py, H200), so it pays where the
+    beside ~470 against ~160 us per megapixel: bench_decoders.py's rates on both archives,
+    H200), so it pays where the
     pixels are. The helper's share of each batch follows both decoders' measured rates, so
     they finish together.
 

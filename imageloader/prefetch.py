@@ -238,7 +238,7 @@ class _InFlight:
 
 class Backlog:
     """How many batches the prefetch lanes have finished that the consumer has not taken yet:
-    0 when the training loop waits for the loader, up to `prefetch` when the loader is ahead.
+    0 when the training loop waits for the loader, up to prefetch + lanes when it is ahead.
     Read by decoders that add work only while they are what the consumer waits for
     (gpujpeg.SplitJpeg). Its own object, so a decoder reading it holds no Prefetcher."""
 
