@@ -228,9 +228,8 @@ class SplitJpeg:
     a few CPU threads, the rest in CUDA) takes the smallest JPEGs; a "cuda" helper (Huffman
     on the GPU too) the largest: its cost per image is ~3x the engines' (~43 against ~12 us,
     beside ~470 against ~160 us per megapixel: bench_decoders.py's rates on both archives,
-    H200), so it pays where the
-    pixels are. The helper's share of each batch follows both decoders' measured rates, so
-    they finish together.
+    H200), so it pays where the pixels are. The helper's share of each batch follows both
+    decoders' measured rates, so they finish together.
 
     Lanes (`lanes`) give each decoder whole batches, handed out in order: a slow one holds
     back the batches after its own (the engines beside a CUDA lane fed the loader 7,200
