@@ -58,6 +58,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu-large", default="none",
                    help="comma-separated Options.cpu_large (pixels; none: off) for ours with "
                         "GPU decoding")
+    p.add_argument("--helper-factor", type=float, default=None,
+                   help="a split lane's CUDA helper takes JPEGs over this many times the "
+                        "batch's median bytes (gpujpeg.LARGE_JPEG_FACTOR; default: its own)")
     p.add_argument("--models", default="resnet50", help="comma-separated torchvision models")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--steps", type=int, default=60, help="timed steps per recipe")
@@ -561,6 +564,9 @@ def main(args) -> dict:
         import logging
         logging.basicConfig(format="%(name)s: %(message)s")
         logging.getLogger("imageloader").setLevel(logging.INFO)
+    if args.helper_factor is not None:
+        import imageloader.gpujpeg
+        imageloader.gpujpeg.LARGE_JPEG_FACTOR = args.helper_factor  # read at each batch
     archive, shards = ensure_archive(args)
     recipes = set(args.recipes.split(","))
     results = {"environment": environment(), "args": vars(args), "models": {}, "loader": []}
