@@ -305,7 +305,14 @@ class SplitJpeg:
         kernels would only slow it. (The time between its calls did not tell: under
         ResNet-50 a split lane so gated kept its share, 2026-11-26-h200-gpushare.)
         Not needed: its share halves each batch, to none; needed again: it restarts from 2%
-        and is steered."""
+        and is steered.
+
+        Weak (2026-11-26-h200-gpushare, call 24): read as a decode starts, the count may still
+        hold this lane's own last batch, put there moments ago and not yet taken by a consumer
+        thread that has not run since, so the helper is judged not needed more often than it
+        is: it settled at 3-5% of the photos even for the loader alone, whatever the bytes
+        gate (1.25x-2x the median). Counting at each batch's end, before adding it, would not
+        race so; untried on a GPU."""
         if self.backlog is None:
             return
         self.needed = 0.8 * self.needed + 0.2 * (self.backlog() == 0)
