@@ -26,6 +26,7 @@ import sys
 import tarfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -83,6 +84,30 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", default=None, help="PNG chart path (needs matplotlib)")
     p.add_argument("--trace", default=None, help="write a profiler trace of ours here")
     return p
+
+
+def probe_args(description: str, steps: int, out: str,
+               extra: Callable[[argparse.ArgumentParser], None] | None = None
+               ) -> argparse.Namespace:
+    """The arguments of the probes (probe_host_threads.py, probe_gpu_share.py): ResNet steps
+    on data already on the GPU and fed by our loader with its defaults (`extra` adds a
+    probe's own)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--archive", required=True, help="a .tgz (make_imagenet_like.py)")
+    p.add_argument("--model", default="resnet18")
+    p.add_argument("--batch-size", type=int, default=256)
+    if extra is not None:
+        extra(p)
+    p.add_argument("--warmup", type=int, default=30, help="untimed steps of each timed row")
+    p.add_argument("--loader-warmup", type=int, default=100,
+                   help="untimed steps of the loader rows: more than an epoch of the archive")
+    p.add_argument("--steps", type=int, default=steps)
+    p.add_argument("--max-seconds", type=float, default=6.0)
+    p.add_argument("--gpu-decoder", default="auto")
+    p.add_argument("--out", default=out)
+    args = p.parse_args()
+    args.workers = args.gpu_workers = None  # our_loader's: the loader's defaults
+    return args
 
 
 # ---- data ----------------------------------------------------------------------------------

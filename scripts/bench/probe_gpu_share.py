@@ -20,12 +20,12 @@ and the graphed and eager steps on data already on the GPU (their ceilings).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -120,38 +120,23 @@ def training_row(trainer, step, args, lanes: str, label: str) -> dict:
         it = bench.forever(loader)
         for _ in range(args.loader_warmup):
             step(*next(it))
-        result = bench.timed_training(_Stepper(step), it, args, label)
+        result = bench.timed_training(SimpleNamespace(step=step), it, args, label)
     result["lanes"] = lanes
     return result
 
 
-class _Stepper:
-    def __init__(self, step):
-        self.step = step
-
-
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--archive", required=True, help="a .tgz (make_imagenet_like.py)")
-    p.add_argument("--model", default="resnet18")
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--gpu-lanes", default="auto",
-                   help="comma-separated Options.gpu_lanes (auto: the default)")
-    p.add_argument("--warmup", type=int, default=30, help="untimed steps of each timed row")
-    p.add_argument("--loader-warmup", type=int, default=100,
-                   help="untimed batches of the loader rows: more than an epoch")
-    p.add_argument("--steps", type=int, default=2000)
-    p.add_argument("--max-seconds", type=float, default=6.0)
-    p.add_argument("--gpu-decoder", default="auto")
-    p.add_argument("--out", default="bench-out/gpu-share.json")
-    args = p.parse_args()
-    args.workers = args.gpu_workers = None  # bench.our_loader's: the loader's defaults
+    args = bench.probe_args(
+        __doc__.splitlines()[0], steps=2000, out="bench-out/gpu-share.json",
+        extra=lambda p: p.add_argument("--gpu-lanes", default="auto",
+                                       help="comma-separated Options.gpu_lanes (auto: the "
+                                            "default)"))
     configure_cuda_queues()
     trainer = bench.Trainer(args.model, 100)
     ceiling = bench.ceiling_batches(args, 100)
     graphed = GraphedStep(trainer, *next(ceiling))
     rows = [bench.timed_training(trainer, ceiling, args, "eager step, data on GPU"),
-            bench.timed_training(_Stepper(graphed.step), ceiling, args,
+            bench.timed_training(SimpleNamespace(step=graphed.step), ceiling, args,
                                  "graphed step, data on GPU")]
     for lanes in args.gpu_lanes.split(","):
         name = "" if lanes == "auto" else f", lanes {lanes}"

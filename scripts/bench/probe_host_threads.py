@@ -125,19 +125,7 @@ def loader_row(trainer, args, label: str, switch: float | None = None) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--archive", required=True, help="a .tgz (make_imagenet_like.py)")
-    p.add_argument("--model", default="resnet18")
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--warmup", type=int, default=30)
-    p.add_argument("--loader-warmup", type=int, default=100,
-                   help="untimed steps of the loader rows: more than an epoch of the archive")
-    p.add_argument("--steps", type=int, default=400)
-    p.add_argument("--max-seconds", type=float, default=6.0)
-    p.add_argument("--gpu-decoder", default="auto")
-    p.add_argument("--out", default="bench-out/threads.json")
-    args = p.parse_args()
-    args.workers = args.gpu_workers = None  # bench.our_loader's: the loader's defaults
+    args = bench.probe_args(__doc__.splitlines()[0], steps=400, out="bench-out/threads.json")
     configure_cuda_queues()
     trainer = bench.Trainer(args.model, 100)
     cores = os.cpu_count() or 1
