@@ -265,11 +265,11 @@ class SplitJpeg:
     def decode(self, datas: list[np.ndarray]) -> list:
         self._follow_demand()
         n = len(datas)
+        sizes = [len(data) for data in datas]
         # By bytes (no header parsed here), the helper's end of the batch first: its share
         # is the first `count` of this order, the first decoder's the rest.
-        order = sorted(range(n), key=lambda i: len(datas[i]),
-                       reverse=self.helper_takes_largest)
-        count = self._helper_count(datas)
+        order = sorted(range(n), key=sizes.__getitem__, reverse=self.helper_takes_largest)
+        count = self._helper_count(sizes)
         theirs, mine = order[:count], order[count:]
         helped = self._pool.submit(self._help, [datas[i] for i in theirs],
                                    self._mark()) if theirs else None
@@ -290,14 +290,19 @@ class SplitJpeg:
         self._steer(len(mine), first_s, len(theirs), helper_s)
         return out
 
-    def _helper_count(self, datas: list[np.ndarray]) -> int:
-        n = len(datas)
+    def _helper_count(self, sizes: list[int]) -> int:
+        n = len(sizes)
         # At least one while it has a share: its rate stays measured, so it can be steered.
         count = min(n - 1, max(1, round(n * self.share))) if n > 1 and self.share else 0
         if self.helper_takes_largest and count:
-            least = LARGE_JPEG_FACTOR * float(np.median([len(d) for d in datas]))
-            count = min(count, sum(len(d) >= least for d in datas))
+            least = LARGE_JPEG_FACTOR * float(np.median(sizes))
+            count = min(count, sum(size >= least for size in sizes))
         return count
+
+    @property
+    def _consumer_waits(self) -> bool:
+        """Whether the consumer has waited for batches often enough lately to want help."""
+        return self.needed >= NEEDED_TO_HELP
 
     def _follow_demand(self) -> None:
         """The helper works only while the consumer waits for batches: with batches finished
@@ -316,7 +321,7 @@ class SplitJpeg:
         if self.backlog is None:
             return
         self.needed = 0.8 * self.needed + 0.2 * (self.backlog() == 0)
-        if self.needed < NEEDED_TO_HELP:
+        if not self._consumer_waits:
             self.share = self.share / 2 if self.share >= 0.02 else 0.0
         elif self.share < 0.02:
             self.share = 0.02
@@ -348,8 +353,7 @@ class SplitJpeg:
         over both rates, each measured on this batch while the other ran. Smoothed, and kept
         between 2% (so the helper's rate stays measured while it works) and 60%."""
         self.shares.append(self.share)
-        if self.needed < NEEDED_TO_HELP or not (mine and theirs and first_s > 0
-                                                and helper_s > 0):
+        if not self._consumer_waits or not (mine and theirs and first_s > 0 and helper_s > 0):
             return  # not needed (_follow_demand lets its share decay), or nothing measured
         first_rate, helper_rate = mine / first_s, theirs / helper_s
         target = helper_rate / (first_rate + helper_rate)
