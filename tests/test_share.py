@@ -95,6 +95,22 @@ def test_a_share_dropped_early_is_not_chosen_for_a_fast_steady_interval():
     assert trial.chosen == 0.0  # the three since the run's first: clearly slower
 
 
+def test_a_share_timed_whole_is_judged_by_its_steady_rate_not_the_warm_up_of_training():
+    """The first share (GPU decoding) starts with training itself: its early intervals hold
+    the model's first steps (cuDNN's autotuning, allocations: seconds each). Judged on them
+    against the CPU's whole window, it was dropped after both were timed whole, and CPU
+    decoding kept at 16.86 batches/s against the GPU's 17.05; with 2 GPUs at 13.59 against
+    16.83 (ResNet-50 on ImageNet-like, 2 x H200, 2026-11-26)."""
+    clock = Clock()
+    trial = TrialShare(skip=4, window=6, early=3, margin=0.2, clock=clock)
+    consume(trial, clock, [0.0] * 3, 2.0)        # training warms up
+    consume(trial, clock, [0.0] * 8, 1 / 17.05)
+    assert trial.share == 1.0
+    consume(trial, clock, [1.0] * 11, 1 / 16.86)
+    assert trial.chosen == 0.0
+    assert trial.rates[0.0] > trial.rates[1.0]
+
+
 def test_a_share_is_not_dropped_for_the_wait_of_its_first_batch():
     """The first batch of a new share waits for the pipeline (its decode began one step
     before); the ones after it were started meanwhile. Judged on that first wait, a share
