@@ -263,7 +263,6 @@ class SplitJpeg:
         return float(np.mean(self.shares)) if self.shares else self.share
 
     def decode(self, datas: list[np.ndarray]) -> list:
-        self._follow_demand()
         n = len(datas)
         sizes = [len(data) for data in datas]
         # By bytes (no header parsed here), the helper's end of the batch first: its share
@@ -287,6 +286,7 @@ class SplitJpeg:
             torch.cuda.current_stream(self.device).wait_event(done)
         for i, image in zip(theirs, images):
             out[i] = image
+        self._follow_demand()  # for the next batch: see there why at this batch's end
         self._steer(len(mine), first_s, len(theirs), helper_s)
         return out
 
@@ -312,12 +312,12 @@ class SplitJpeg:
         Not needed: its share halves each batch, to none; needed again: it restarts from 2%
         and is steered.
 
-        Weak (2026-11-26-h200-gpushare, call 24): read as a decode starts, the count may still
-        hold this lane's own last batch, put there moments ago and not yet taken by a consumer
-        thread that has not run since, so the helper is judged not needed more often than it
-        is: it settled at 3-5% of the photos even for the loader alone, whatever the bytes
-        gate (1.25x-2x the median). Counting at each batch's end, before adding it, would not
-        race so; untried on a GPU."""
+        Read at each batch's end, before the prefetcher counts this batch: a consumer that
+        waits has had a whole decode's time to take the lane's last batch. Read as a decode
+        started (until 2026-11-26), the count still held that batch, put there moments before
+        and not yet taken by a consumer thread that had not run since, so the helper was judged
+        not needed more often than it was: it settled at 3-5% of the photos even for the
+        loader alone, whatever the bytes gate (2026-11-26-h200-gpushare, call 24)."""
         if self.backlog is None:
             return
         self.needed = 0.8 * self.needed + 0.2 * (self.backlog() == 0)

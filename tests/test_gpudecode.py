@@ -285,6 +285,30 @@ def test_a_split_lane_helps_only_while_the_consumer_waits_for_batches():
     assert split.needed > 0.5 and split.share > 0 and len(helper.calls) > calls
 
 
+def test_a_consumer_that_waits_is_seen_though_the_lanes_last_batch_was_counted_moments_ago():
+    """The prefetcher counts a lane's batch as the lane finishes it, then the lane starts the
+    next; a waiting consumer takes the finished batch while that next one decodes. So at a
+    decode's start the count still holds the last batch: read there, it said "not waiting"
+    and the helper's share fell to 3-5% (H200, 2026-11-26). Read at the batch's end: 0."""
+    datas = [np.frombuffer(photo(seed, (60 + 23 * (seed % 9), 40)), np.uint8)
+             for seed in range(16)]
+    first, helper = EnginePillow("hw"), EnginePillow("hybrid")
+    backlog = Backlog()
+    engines = first.decode
+
+    def consumer_takes_the_last_batch_meanwhile(batch):
+        if backlog():
+            backlog.add(-1)
+        return engines(batch)
+
+    first.decode = consumer_takes_the_last_batch_meanwhile
+    split = SplitJpeg(first, helper, share=0.4, backlog=backlog)
+    for _ in range(20):
+        split.decode(datas)
+        backlog.add(1)  # the prefetcher: finished, not yet taken
+    assert split.needed > 0.5 and split.share > 0 and len(helper.calls) == 20
+
+
 @cuda
 def test_the_prefetch_backlog_counts_batches_finished_and_not_taken():
     """What SplitJpeg reads: it rises as lanes finish batches the consumer has not taken and
