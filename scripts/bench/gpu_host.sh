@@ -32,7 +32,11 @@
 # data-on-GPU ceilings (train_resnet.py --data-on-gpu), on 1 GPU and on 2: steady img/s after
 # 10 steps of each epoch. (The suite, `tests`, holds the second-GPU and distributed tests.)
 # A part of it: CHECKS=0 leaves the rank checks out, ARCHS="resnet50" FEEDS="loader" narrow it;
-# PREFETCH=4 trains with deeper prefetch (does it absorb one rank's late batch under DDP?).
+# PREFETCH=4 trains with deeper prefetch (does it absorb one rank's late batch under DDP? It did
+# not: results/2026-11-26-h200x2-waits, where no rank waited for its batch).
+# TORCH_NCCL_HIGH_PRIORITY=1 (torch's own switch, passed on to the ranks) puts NCCL's
+# all-reduces on high-priority streams, ahead of the loader's kernels: the next thing to try
+# for ResNet-18's per-GPU loss with a second GPU.
 # remote: bench_remote.py on the photo archive, decoded as the default does, batches on the GPU
 # (needs fsspec and aiohttp with its dependencies among the wheels in .whl/).
 # Optional wheels in .whl/ (nvImageCodec, rapidgzip, isal, torchcodec, webdataset) are
