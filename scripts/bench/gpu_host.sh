@@ -17,6 +17,8 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR packers   # auto vs cuda with 8 and 16 packers, ~4 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR share     # the GPU or the host: what holds ResNet-18
 #                                                    # back when the loader feeds it? ~4 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR ddp       # 2-GPU host: ResNet-18's steps beside a
+#                                                    # second rank, a timeline; NCCL priority, ~5 min
 # bench builds two 32,000-image archives (ImageNet-like 500x375, and varied photos with a
 # tail of large ones: make_imagenet_like.py --sizes), measures the inflate rate per core and
 # the plain copy (bench_inflate.py), then on each archive: the loader alone (its first epoch and
@@ -35,8 +37,7 @@
 # PREFETCH=4 trains with deeper prefetch (does it absorb one rank's late batch under DDP? It did
 # not: results/2026-11-26-h200x2-waits, where no rank waited for its batch).
 # TORCH_NCCL_HIGH_PRIORITY=1 (torch's own switch, passed on to the ranks) puts NCCL's
-# all-reduces on high-priority streams, ahead of the loader's kernels: the next thing to try
-# for ResNet-18's per-GPU loss with a second GPU.
+# all-reduces on high-priority streams, ahead of the loader's kernels (the ddp part tries it).
 # remote: bench_remote.py on the photo archive, decoded as the default does, batches on the GPU
 # (needs fsspec and aiohttp with its dependencies among the wheels in .whl/).
 # Optional wheels in .whl/ (nvImageCodec, rapidgzip, isal, torchcodec, webdataset) are
@@ -265,11 +266,42 @@ share() {  # probe_gpu_share.py: the loader beside a graphed ResNet-18 step (the
     | tee "$out/gpu-share.log" | tail -20
 }
 
+ddp() {  # 2-GPU host: where does ResNet-18 lose its steps beside a second rank, though no rank
+  # waits for its batch (results/2026-11-26-h200x2-waits)? A timeline of rank 0's steps 5-9
+  # (train_resnet.py --profile), one GPU against two, the loader feeding (decode="cuda": no
+  # trial), with each stream's busy time and top kernels; then ResNet-18 on two GPUs with NCCL
+  # on its default streams and on high-priority ones (TORCH_NCCL_HIGH_PRIORITY=1), interleaved.
+  local archive="$data/fixed-32000.tgz" val="$data/val-1000.tgz" work
+  work=$(mktemp -d)
+  [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes fixed --images 32000 \
+      --out "$archive" | tail -1
+  [ -f "$val" ] || python3 $here/make_imagenet_like.py --images 1000 --seed 1 --out "$val" \
+      | tail -1
+  local train="scripts/train_resnet.py --data $archive --val $val --size 224 --batch-size 256
+    --epochs 1 --max-steps 60 --workers 15 --print-every 0 --decode cuda --arch resnet18"
+  local two="python3 -m torch.distributed.run --nproc-per-node=2"
+  env CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 python3 $train --profile --out-dir "$work/g1" \
+    2>&1 | grep '^steady' | sed 's/^/1 GPU, profiled: /'
+  $two $train --pin-cores --profile --out-dir "$work/g2" 2>&1 | grep '^steady' \
+    | sed 's/^/2 GPUs, profiled: /'
+  python3 $here/plot_timeline.py "$work/g1/trace.json" --compare "$work/g2/trace.json" --top 8 \
+    --labels "1 GPU" "2 GPUs (rank 0)" --title "ResNet-18 steps 5-9, the loader feeding" \
+    --out "$out/ddp-timeline.png" 2>&1 | tee "$out/ddp-timeline.log" | tail -40
+  for trace in g1 g2; do gzip -c "$work/$trace/trace.json" > "$out/trace-$trace.json.gz"; done
+  for round in 1 2; do
+    for high in 0 1; do
+      TORCH_NCCL_HIGH_PRIORITY=$high $two $train --pin-cores --out-dir "$work/r" 2>&1 \
+        | grep '^steady' | sed "s/^/2 GPUs, TORCH_NCCL_HIGH_PRIORITY=$high: /"
+      rm -rf "$work/r"
+    done
+  done
+}
+
 case "$part" in
   none) ;;  # the wheels of .whl/ installed, nothing run (a first call before others)
-  tests|bench|overlap|remote|decoders|trial|threads|packers|share) "$part" ;;
+  tests|bench|overlap|remote|decoders|trial|threads|packers|share|ddp) "$part" ;;
   dali) dali "${3:-photos}" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
-  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share or none" >&2; exit 2 ;;
+  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp or none" >&2; exit 2 ;;
 esac
