@@ -62,6 +62,11 @@ quiet='nvjpeg2k\|nvtiff\|nvTIFF\|nvJPEG2000'  # nvImageCodec's notes about codec
 data=${BENCH_DATA:-bench-data}
 mkdir -p "$data"
 
+ensure_archive() {  # make_imagenet_like.py ARGS... --out PATH, unless PATH is there
+  local path=$1; shift
+  [ -f "$path" ] || python3 $here/make_imagenet_like.py "$@" --out "$path" | tail -1
+}
+
 tests() {
   # A test blocked in native code with the GIL held never sees pytest-timeout's signal (a CUDA
   # test hung so on the 2 x H100 host), and its thread method needs the GIL too: faulthandler
@@ -73,8 +78,7 @@ tests() {
 bench() {
   for kind in photos fixed; do
     local archive="$data/$kind-32000.tgz"
-    [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes "$kind" --images 32000 \
-        --out "$archive" | tail -1
+    ensure_archive "$archive" --sizes "$kind" --images 32000
     python3 $here/bench_inflate.py --archive "$archive" --sample-mb 600 \
       --out "$out/inflate-$kind.json" 2>&1 | grep --line-buffered -v "$quiet" | tail -12
     # 125 batches an epoch: 170 untimed steps reach into the second epoch.
@@ -88,8 +92,7 @@ bench() {
 overlap() {
   local archive="$data/fixed-32000.tgz" work
   work=$(mktemp -d)
-  [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes fixed --images 32000 \
-      --out "$archive" | tail -1
+  ensure_archive "$archive" --sizes fixed --images 32000
   python3 $here/bench.py --archive "$archive" --shards 0 --models resnet50 --recipes ours \
     --decode cpu --prefetch 0,2 --warmup 10 --steps 20 --trace "$work/trace.json" \
     --out "$out/bench-trace.json" 2>&1 | grep --line-buffered -v "$quiet" | tail -6
@@ -107,11 +110,9 @@ ranks() {  # one data kind per call: fixed (with the rank checks) or photos
   local kind=${1:-fixed} steps=${STEPS:-60} archive val
   archive="$data/$kind-32000.tgz" val="$data/val-1000.tgz"
   local shards=0; [ "$kind" = fixed ] && shards=16
-  [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes "$kind" --images 32000 \
-      --shards $shards --out "$archive" | tail -1
+  ensure_archive "$archive" --sizes "$kind" --images 32000 --shards $shards
   # Validation on 1,000 other images of the same 100 classes: the runs time training.
-  [ -f "$val" ] || python3 $here/make_imagenet_like.py --images 1000 --seed 1 --out "$val" \
-      | tail -1
+  ensure_archive "$val" --images 1000 --seed 1
   if [ "$kind" = fixed ] && [ "${CHECKS:-1}" = 1 ]; then
     echo "== exactly once: 2 ranks, 2 epochs, one .tgz; then resume cut after 20 batches"
     python3 -m torch.distributed.run --nproc-per-node=2 scripts/check_ranks.py --data \
@@ -148,8 +149,7 @@ ranks() {  # one data kind per call: fixed (with the rank checks) or photos
 
 remote() {
   local archive="$data/photos-32000.tgz"
-  [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes photos --images 32000 \
-      --out "$archive" | tail -1
+  ensure_archive "$archive" --sizes photos --images 32000
   python3 $here/bench_remote.py --archive "$archive" --seconds 15 --readers 8 --workers 15 \
     --decode auto --device cuda --out "$out/remote.json" 2>&1 | grep --line-buffered -v "$quiet" \
     | tee "$out/remote.log" | tail -12
@@ -167,8 +167,7 @@ decoders() {  # the decoders alone on 8,192 images of each kind, batches of 256
   rows="${DECODER_ROWS:-$rows}"
   for kind in photos fixed; do
     local archive="$data/$kind-8192.tgz"
-    [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes "$kind" --images 8192 \
-        --out "$archive" | tail -1
+    ensure_archive "$archive" --sizes "$kind" --images 8192
     python3 $here/bench_decoders.py --archive "$archive" --images 8192 --rows "$rows" \
       --check 8 --out "$out/decoders-$kind.json" 2>&1 | grep --line-buffered -v "$quiet" \
       | cut -c1-400
@@ -181,8 +180,7 @@ lanes() {  # one data kind per call: loader alone and ResNet-18/50, GPU decoding
   # engines and a hybrid helper, gpujpeg.SplitJpeg), MODELS=resnet18 narrows it
   local kind=${1:-photos} archive
   archive="$data/$kind-16000.tgz"
-  [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes "$kind" --images 16000 \
-      --out "$archive" | tail -1
+  ensure_archive "$archive" --sizes "$kind" --images 16000
   python3 $here/bench.py --archive "$archive" --shards 0 --models "${MODELS:-resnet18,resnet50}" \
     --recipes ceiling,ours,loader --decode cuda --gpu-lanes "${LANES:-auto,hw:2+hw:2}" \
     --prefetch 2 --warmup 100 \
@@ -207,8 +205,7 @@ dali() {  # DALI (bench_dali.py) and ours (bench.py, the defaults) on one 16,000
     ln -sfn "$PWD/.cache/site/nvidia/nvimgcodec" "$site/nvidia/nvimgcodec"
   fi
   export PYTHONPATH="$PYTHONPATH:$site"
-  [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes "$kind" --images 16000 \
-      --out "$archive" | tail -1
+  ensure_archive "$archive" --sizes "$kind" --images 16000
   # Timed windows of 6 s: 80 steps of ResNet-18 (~1.6 s) read up to ~6 points apart.
   python3 $here/bench_dali.py --archive "$archive" --models resnet18,resnet50 --warmup 100 \
     --steps 2000 --max-seconds 6 --out "$out/dali-$kind.json" 2>&1 | grep --line-buffered -v "$quiet" \
@@ -226,8 +223,7 @@ trial() {  # decode="auto" (its trial's choice) against both paths fixed, on eac
   # rows then differed by 0-9 points from one window to the next (2026-11-26-h200-split).
   for kind in photos fixed; do
     local archive="$data/$kind-16000.tgz"
-    [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes "$kind" --images 16000 \
-        --out "$archive" | tail -1
+    ensure_archive "$archive" --sizes "$kind" --images 16000
     python3 $here/bench.py --archive "$archive" --shards 0 --models resnet18,resnet50 \
       --recipes ceiling,ours --decode auto,cuda,cpu --warmup 200 --steps 1000 --max-seconds 6 \
       --out "$out/trial-$kind.json" 2>&1 | grep --line-buffered -v "$quiet" \
@@ -238,8 +234,7 @@ trial() {  # decode="auto" (its trial's choice) against both paths fixed, on eac
 packers() {  # is decode="auto" ~3 points under "cuda" for ResNet-18 on photos because it keeps
   # the 16 packers its CPU arm needed (cuda: 8)? cuda with 16 packers, beside auto and cuda.
   local archive="$data/photos-16000.tgz"
-  [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes photos --images 16000 \
-      --out "$archive" | tail -1
+  ensure_archive "$archive" --sizes photos --images 16000
   local common="--archive $archive --shards 0 --models resnet18 --recipes ceiling,ours
     --warmup 200 --steps 1000 --max-seconds 6"
   python3 $here/bench.py $common --decode cuda,auto,cuda,auto --out "$out/packers-default.json" \
@@ -250,8 +245,7 @@ packers() {  # is decode="auto" ~3 points under "cuda" for ResNet-18 on photos b
 
 threads() {  # the GIL, busy cores and the loader's threads against ResNet-18's host side
   local archive="$data/photos-16000.tgz"
-  [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes photos --images 16000 \
-      --out "$archive" | tail -1
+  ensure_archive "$archive" --sizes photos --images 16000
   python3 $here/probe_host_threads.py --archive "$archive" --out "$out/threads.json" 2>&1 \
     | grep --line-buffered -v "$quiet" | tee "$out/threads.log" | tail -20
 }
@@ -259,8 +253,7 @@ threads() {  # the GIL, busy cores and the loader's threads against ResNet-18's 
 share() {  # probe_gpu_share.py: the loader beside a graphed ResNet-18 step (the GPU shared,
   # the host idle), feeding it graphed and eager; one engines lane and a split one
   local archive="$data/photos-16000.tgz"
-  [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes photos --images 16000 \
-      --out "$archive" | tail -1
+  ensure_archive "$archive" --sizes photos --images 16000
   python3 $here/probe_gpu_share.py --archive "$archive" --gpu-lanes "${LANES:-auto,hw|cuda:8}" \
     --out "$out/gpu-share.json" 2>&1 | grep --line-buffered -v "$quiet" \
     | tee "$out/gpu-share.log" | tail -20
@@ -273,10 +266,8 @@ ddp() {  # 2-GPU host: where does ResNet-18 lose its steps beside a second rank,
   # on its default streams and on high-priority ones (TORCH_NCCL_HIGH_PRIORITY=1), interleaved.
   local archive="$data/fixed-32000.tgz" val="$data/val-1000.tgz" work
   work=$(mktemp -d)
-  [ -f "$archive" ] || python3 $here/make_imagenet_like.py --sizes fixed --images 32000 \
-      --out "$archive" | tail -1
-  [ -f "$val" ] || python3 $here/make_imagenet_like.py --images 1000 --seed 1 --out "$val" \
-      | tail -1
+  ensure_archive "$archive" --sizes fixed --images 32000
+  ensure_archive "$val" --images 1000 --seed 1
   local train="scripts/train_resnet.py --data $archive --val $val --size 224 --batch-size 256
     --epochs 1 --max-steps 60 --workers 15 --print-every 0 --decode cuda --arch resnet18"
   local two="python3 -m torch.distributed.run --nproc-per-node=2"
