@@ -98,27 +98,32 @@ class TrialShare(FixedShare):
         self._next_phase()
 
     def _next_phase(self) -> None:
-        rates = self.rates
-        pending = [s for s in self.shares if len(self.timed[s]) < self.window
-                   and not self._clearly_slower(s, rates)]
+        rates, whole = self.rates, self._timed_whole
+        pending = [s for s in self.shares
+                   if s not in whole and not self._clearly_slower(s, rates, whole)]
         if pending:
             self.share = pending[0]  # stamped on the next buffers handed to the packers
             return
-        # Only shares timed whole compete: one dropped early may have a steady interval or
-        # two, too few to outvote them. A share timed whole is not judged by its early
-        # intervals: the first share's hold the model's warm-up (seconds of cuDNN autotuning),
-        # which once dropped GPU decoding for CPU decoding 1-24% slower (2 x H200, 2026-11-26).
-        whole = [s for s in rates if len(self.timed[s]) >= self.window]
-        self.chosen = self.share = max(whole or list(rates), key=rates.get)
+        # Only shares timed whole compete (none pending means one is: a share is dropped only
+        # against one): one dropped early may have a steady interval or two, too few to
+        # outvote them. A share timed whole is not judged by its early intervals: the first
+        # share's hold the model's warm-up (seconds of cuDNN autotuning), which once dropped
+        # GPU decoding for CPU decoding 1-24% slower (2 x H200, 2026-11-26).
+        self.chosen = self.share = max(whole, key=rates.get)
 
-    def _clearly_slower(self, share: float, rates: dict) -> bool:
+    @property
+    def _timed_whole(self) -> list[float]:
+        """The shares with a whole window of steady intervals."""
+        return [s for s in self.shares if len(self.timed[s]) >= self.window]
+
+    def _clearly_slower(self, share: float, rates: dict, whole: list[float]) -> bool:
         """`share` has `early` intervals, and even with its skipped ones it is slower than a
         share timed whole by more than `margin`."""
         intervals = self.early_timed[share]
-        if len(intervals) < self.early:
+        if len(intervals) < self.early or not whole:
             return False
-        whole = [rates[s] for s in self.shares if len(self.timed[s]) >= self.window]
-        return bool(whole) and len(intervals) / sum(intervals) < (1 - self.margin) * max(whole)
+        fastest = max(rates[s] for s in whole)
+        return len(intervals) / sum(intervals) < (1 - self.margin) * fastest
 
     @property
     def rates(self) -> dict:
