@@ -177,13 +177,14 @@ decoders() {  # the decoders alone on 8,192 images of each kind, batches of 256
 lanes() {  # one data kind per call: loader alone and ResNet-18/50, GPU decoding in one
   # lane (the default) and in two on the JPEG engines (Options.gpu_lanes), 16,000 images;
   # LANES="hw,hw|hybrid:4" compares others ("|": one lane splitting each batch between the
-  # engines and a hybrid helper, gpujpeg.SplitJpeg), MODELS=resnet18 narrows it
+  # engines and a hybrid helper, gpujpeg.SplitJpeg), MODELS=resnet18 narrows it,
+  # CPU_LARGE="none,2000000" adds rows where the packers decode photos of >= 2 MP on the CPU
   local kind=${1:-photos} archive
   archive="$data/$kind-16000.tgz"
   ensure_archive "$archive" --sizes "$kind" --images 16000
   python3 $here/bench.py --archive "$archive" --shards 0 --models "${MODELS:-resnet18,resnet50}" \
     --recipes ceiling,ours,loader --decode cuda --gpu-lanes "${LANES:-auto,hw:2+hw:2}" \
-    --prefetch 2 --warmup 100 \
+    --cpu-large "${CPU_LARGE:-none}" --prefetch 2 --warmup 100 \
     --steps 60 --max-seconds 12 --out "$out/lanes-$kind.json" 2>&1 \
     | grep --line-buffered -v "$quiet" | tee "$out/lanes-$kind.log" | tail -16
 }
@@ -221,10 +222,11 @@ trial() {  # decode="auto" (its trial's choice) against both paths fixed, on eac
   # the trial (62 batches an epoch; it needs ~110 and restarts its count at each epoch).
   # Windows of 6 s, not 60 steps: ResNet-18's 60 steps took 1.2-1.8 s, and its auto-vs-cuda
   # rows then differed by 0-9 points from one window to the next (2026-11-26-h200-split).
-  for kind in photos fixed; do
+  # KINDS="fixed" MODELS=resnet50 narrow it.
+  for kind in ${KINDS:-photos fixed}; do
     local archive="$data/$kind-16000.tgz"
     ensure_archive "$archive" --sizes "$kind" --images 16000
-    python3 $here/bench.py --archive "$archive" --shards 0 --models resnet18,resnet50 \
+    python3 $here/bench.py --archive "$archive" --shards 0 --models "${MODELS:-resnet18,resnet50}" \
       --recipes ceiling,ours --decode auto,cuda,cpu --warmup 200 --steps 1000 --max-seconds 6 \
       --out "$out/trial-$kind.json" 2>&1 | grep --line-buffered -v "$quiet" \
       | tee "$out/trial-$kind.log" | tail -14
