@@ -42,6 +42,10 @@ from .pool import BufferPool, HostBatch
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 Release = Callable[[Any], None]  # called with the event after which host memory may be reused
+# The side streams' CUDA priority when a Prefetcher is not given one: 0, the default. Kept a
+# module setting, not an option, for the probes (bench.py --stream-priority): -1 added under
+# one point to ResNet-18 when it was an option (2026-11-23-h200-probe-queues).
+SIDE_STREAM_PRIORITY = 0
 _END = object()
 
 
@@ -272,7 +276,7 @@ class Prefetcher:
     def __init__(self, source: Iterable, device: str | torch.device | None = None, *,
                  prefetch: int = 2, item_transform: Callable[[Any], Any] | None = None,
                  staging_slots: int | None = None, threaded: bool = False,
-                 priority: int = 0, stall_timeout: float | None = None,
+                 priority: int | None = None, stall_timeout: float | None = None,
                  lanes: list[Callable[[Any], Any]] | None = None,
                  backlog: Backlog | None = None):
         if prefetch < 0:
@@ -297,7 +301,7 @@ class Prefetcher:
         # CUDA stream priority of the side stream (lower is more urgent; torch clamps to the
         # device's range). A high priority lets the block scheduler start our few small
         # kernels between a training kernel's blocks instead of after the whole kernel.
-        self.priority = priority
+        self.priority = SIDE_STREAM_PRIORITY if priority is None else priority
         # threaded: batches finished by the lanes and not yet handed out (see Backlog).
         self.backlog = backlog if backlog is not None else Backlog()
         self._sides: dict[int, torch.cuda.Stream] = {}

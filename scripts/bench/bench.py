@@ -62,6 +62,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--helper-factor", type=float, default=None,
                    help="a split lane's CUDA helper takes JPEGs over this many times the "
                         "batch's median bytes (gpujpeg.LARGE_JPEG_FACTOR; default: its own)")
+    p.add_argument("--stream-priority", type=int, default=None,
+                   help="CUDA priority of the decode lanes' and the helper's streams (lower is "
+                        "more urgent; default: the loader's, 0)")
     p.add_argument("--models", default="resnet50", help="comma-separated torchvision models")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--steps", type=int, default=60, help="timed steps per recipe")
@@ -592,6 +595,11 @@ def main(args) -> dict:
     if args.helper_factor is not None:
         import imageloader.gpujpeg
         imageloader.gpujpeg.LARGE_JPEG_FACTOR = args.helper_factor  # read at each batch
+    if args.stream_priority is not None:  # read when the loader makes its streams
+        import imageloader.gpujpeg
+        import imageloader.prefetch
+        imageloader.prefetch.SIDE_STREAM_PRIORITY = args.stream_priority
+        imageloader.gpujpeg.HELPER_STREAM_PRIORITY = args.stream_priority
     archive, shards = ensure_archive(args)
     recipes = set(args.recipes.split(","))
     results = {"environment": environment(), "args": vars(args), "models": {}, "loader": []}
