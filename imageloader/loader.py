@@ -230,7 +230,8 @@ class ImageLoader:
         if self.decode == "cuda":
             # One GpuDecode per lane: each has its decoder, its kept images and its side
             # stream, and works on a batch of its own (prefetch.py keeps them in order).
-            # A split lane's helper works only while the consumer waits for batches.
+            # A split lane's helper, and every lane after the first, work only while the
+            # consumer waits for batches (the backlog is empty).
             backlog = Backlog()
             self._gpu = [GpuDecode(self.decoder, self.normalize, self.device, [lane],
                                    crop=options.gpu_crop)
@@ -238,7 +239,7 @@ class ImageLoader:
             self.prefetcher = Prefetcher((), self.device, prefetch=max(prefetch, 1),
                                          lanes=[GpuStep(gpu) for gpu in self._gpu],
                                          threaded=True, stall_timeout=options.timeout,
-                                         backlog=backlog)
+                                         lanes_on_demand=True, backlog=backlog)
             self._fill = JpegPacker(self.decoder, cpu_pixels=options.cpu_large)
             self.cpu_share = share_control(options.cpu_share, trial=trial,
                                            in_flight=self._buffer_count())

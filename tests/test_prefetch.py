@@ -422,11 +422,12 @@ def test_a_repeated_batch_is_recorded_on_the_stream_it_is_used_on(tmp_path, monk
 
 
 def threaded_on_the_host(submit, stall_timeout: float | None, lanes: int = 1,
-                         prefetch: int = 2) -> Prefetcher:
+                         prefetch: int = 2, on_demand: bool = False) -> Prefetcher:
     """The threaded prefetch stage with its device work replaced: its threads and waits run
     on any machine (the CUDA tests above run the real device work)."""
     prefetcher = Prefetcher((), "cpu", threaded=True, stall_timeout=stall_timeout,
-                            prefetch=prefetch, lanes=[None] * lanes)
+                            prefetch=prefetch, lanes=[None] * lanes,
+                            lanes_on_demand=on_demand)
     prefetcher._submit = submit
     prefetcher._hand_over = lambda job: job
     return prefetcher
@@ -491,6 +492,37 @@ def test_lanes_hand_items_out_in_order_and_each_does_its_share():
     assert set(by_lane) == {0, 1, 2} and by_lane[0] < by_lane[1] + by_lane[2]
     # Room is given back as an item is handed out, a moment before `given` sees it: + 1.
     assert most[0] <= prefetch + lanes + 1
+
+
+def run_two_lanes(consumer_s: float, lane_s: float, on_demand: bool, items: int = 40):
+    """Items handed out, and how many each lane submitted, with lanes of equal speed."""
+    by_lane = collections.Counter()
+
+    def submit(item, release):
+        time.sleep(lane_s)
+        by_lane[prefetcher._lane.index] += 1
+        return item
+
+    prefetcher = threaded_on_the_host(submit, stall_timeout=None, lanes=2, on_demand=on_demand)
+    given = []
+    for item in prefetcher._run_threaded((i, None) for i in range(items)):
+        given.append(item)
+        time.sleep(consumer_s)
+    return given, by_lane
+
+
+def test_a_lane_on_demand_works_only_while_the_consumer_waits():
+    """A consumer slower than one lane always has a batch to take: the second lane, on
+    demand, stays (nearly) idle, where always on it does half the work; a consumer that
+    waits for batches gets both lanes' work, in order either way."""
+    given, always = run_two_lanes(consumer_s=0.02, lane_s=0.002, on_demand=False)
+    assert given == list(range(40)) and always[1] >= 10
+    given, slow_consumer = run_two_lanes(consumer_s=0.02, lane_s=0.002, on_demand=True)
+    assert given == list(range(40))
+    assert slow_consumer[1] <= 3, slow_consumer  # the first batches, before any was finished
+    given, waiting = run_two_lanes(consumer_s=0.0, lane_s=0.02, on_demand=True)
+    assert given == list(range(40))
+    assert waiting[1] >= 12, waiting  # about half: both lanes decode while the consumer waits
 
 
 def test_a_lanes_error_is_raised_at_its_items_turn_and_unsubmitted_items_go_back():
