@@ -434,8 +434,12 @@ def lanes(preferred: JpegDecoder, spec: int | str | None = None,
     the consumer waits for batches ("hw|cuda:8", 2026-11-26-h200-gpushare): photos alone
     +5 to +22% (11,100-12,300 -> 11,700-13,900 img/s), ResNet-18 on photos 80.6, 80.4%
     against 80.1, 77.3% (8 s windows, interleaved), ResNet-50 96.1% against 96.2%;
-    ImageNet-like alone -6 / +5% on two hosts, ResNet-18 +0.7 / +1.9 points. So where the
-    GPU has engines that split lane is the default (None); `1` is the engines alone."""
+    ImageNet-like alone -6 / +5% on two hosts, ResNet-18 +0.7 / +1.9 points; with its demand
+    gate mended, photos alone +15%, ResNet-18 +7 points (H100, 2026-11-26-gpu1-mends-lanes).
+    So where the GPU has engines that split lane is the default (None); `1` is the engines
+    alone. The loader's lanes after the first work only while no finished batch waits for
+    the consumer (Prefetcher's lanes_on_demand): two split lanes add 9-11% to the loader
+    alone and are a wash in training (ResNet-18 -2 to +5 points, ResNet-50 -1 to -2)."""
     if not isinstance(preferred, NvImageCodecJpeg) or preferred.device.type != "cuda":
         check_lanes(spec)  # a bad spec is an error here too
         if spec not in (None, 1):

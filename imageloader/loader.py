@@ -93,7 +93,9 @@ class Options:
                                         # batches at once, a number or engines spelled out
                                         # ("hw:2+hw:2"), or one batch split between two
                                         # ("hw|cuda:8"); None: that split where the GPU
-                                        # has JPEG engines, else one (gpujpeg.lanes)
+                                        # has JPEG engines, else one (gpujpeg.lanes).
+                                        # Lanes after the first decode only while
+                                        # training waits for a batch
     cpu_large: int | None = None        # decode="cuda": images of at least this many
                                         # pixels are decoded by the packers on the CPU
                                         # (DCT-scaled), not by the GPU's JPEG engines
