@@ -300,7 +300,8 @@ class Prefetcher:
         # lanes_on_demand: the lanes after the first take an item only while no finished one
         # waits for the consumer (the backlog is 0): they add their rate where the consumer
         # waits, and their device work stays off the GPU of a model that is slower than the
-        # first lane (two GPU decoding lanes always on cost ResNet-50 ~2 points).
+        # first lane. (Two GPU decoding lanes always on cost ResNet-50 ~2 points; on demand,
+        # still 1-2 on one host: results/2026-11-26-gpu1-mends-lanes.)
         self.lanes_on_demand = lanes_on_demand
         self._lane = threading.local()  # which lane the calling submit thread is
         # threaded: submit (copy + transform) from a background thread, so heavy device-side

@@ -519,7 +519,8 @@ def test_a_lane_on_demand_works_only_while_the_consumer_waits():
     assert given == list(range(40)) and always[1] >= 10
     given, slow_consumer = run_two_lanes(consumer_s=0.02, lane_s=0.002, on_demand=True)
     assert given == list(range(40))
-    assert slow_consumer[1] <= 3, slow_consumer  # the first batches, before any was finished
+    # The first batches, before any was finished (1 here; room for a loaded machine).
+    assert slow_consumer[1] <= 5, slow_consumer
     given, waiting = run_two_lanes(consumer_s=0.0, lane_s=0.02, on_demand=True)
     assert given == list(range(40))
     assert waiting[1] >= 12, waiting  # about half: both lanes decode while the consumer waits
