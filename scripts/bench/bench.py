@@ -74,6 +74,8 @@ def get_args_parser() -> argparse.ArgumentParser:
                         "or the timed window is partly served from before the timer")
     p.add_argument("--max-seconds", type=float, default=45.0, help="cap on a timed region")
     p.add_argument("--workers", type=int, default=None, help="decode workers (default: cores-1)")
+    p.add_argument("--readers", type=int, default=None,
+                   help="Options.readers for ours (default: the loader's own count)")
     p.add_argument("--gpu-workers", type=int, default=None,
                    help="packers with GPU decoding (default: the loader's: 8, or 16 for "
                         "decode=auto's trial)")
@@ -109,7 +111,7 @@ def probe_args(description: str, steps: int, out: str,
     p.add_argument("--gpu-decoder", default="auto")
     p.add_argument("--out", default=out)
     args = p.parse_args()
-    args.workers = args.gpu_workers = None  # our_loader's: the loader's defaults
+    args.workers = args.gpu_workers = args.readers = None  # our_loader's: the loader's defaults
     return args
 
 
@@ -205,6 +207,8 @@ def our_loader(archive, args, prefetch: int, decode: str = "cpu", options=None,
     # unless --gpu-workers says otherwise.
     workers = args.workers if decode == "cpu" else args.gpu_workers
     options = options or Options()
+    if args.readers is not None:
+        options = dataclasses.replace(options, readers=args.readers)
     options = dataclasses.replace(options, gpu_decoder=args.gpu_decoder,
                                   gpu_lanes=None if lanes == "auto" else lanes,
                                   cpu_large=None if large == "none" else int(float(large)))

@@ -179,13 +179,15 @@ lanes() {  # one data kind per call: loader alone and ResNet-18/50, GPU decoding
   # LANES="hw,hw|hybrid:4" compares others ("|": one lane splitting each batch between the
   # engines and a hybrid helper, gpujpeg.SplitJpeg), MODELS=resnet18 narrows it,
   # CPU_LARGE="none,2000000" adds rows where the packers decode photos of >= 2 MP on the CPU,
-  # PRIORITY=-1 puts the lanes' and helper's streams at that CUDA priority
+  # PRIORITY=-1 puts the lanes' and helper's streams at that CUDA priority, READERS=2 reads
+  # with that many reader processes (do 8 cost the training step on hosts where it slows?)
   local kind=${1:-photos} archive
   archive="$data/$kind-16000.tgz"
   ensure_archive "$archive" --sizes "$kind" --images 16000
   python3 $here/bench.py --archive "$archive" --shards 0 --models "${MODELS:-resnet18,resnet50}" \
     --recipes ceiling,ours,loader --decode cuda --gpu-lanes "${LANES:-auto,hw:2+hw:2}" \
     --cpu-large "${CPU_LARGE:-none}" ${PRIORITY:+--stream-priority $PRIORITY} \
+    ${READERS:+--readers $READERS} \
     --prefetch 2 --warmup 100 \
     --steps 60 --max-seconds 12 --out "$out/lanes-$kind.json" 2>&1 \
     | grep --line-buffered -v "$quiet" | tee "$out/lanes-$kind.log" | tail -16
