@@ -53,6 +53,8 @@ from typing import Callable, NoReturn, Protocol
 import numpy as np
 import torch
 
+from . import prefetch
+
 log = logging.getLogger(__name__)
 DECODERS = ("nvimgcodec", "torchcodec", "torchvision")
 ENGINES = ("all", "hw", "cuda", "hybrid")
@@ -72,8 +74,6 @@ NEEDED_TO_HELP = 0.5
 # Where the GPU has JPEG engines: one lane, each batch split between them and a CUDA helper
 # that works only while training waits for data (see `lanes`); elsewhere one decoder.
 DEFAULT_SPLIT = "hw|cuda:8"
-# The helper's stream priority (0: the default; bench.py --stream-priority probes others).
-HELPER_STREAM_PRIORITY = 0
 _NVJPEG_WHEEL_LIBS = ("nvidia/cu13/lib/libnvjpeg.so.13", "nvidia/nvjpeg/lib/libnvjpeg.so.12")
 
 
@@ -253,7 +253,8 @@ class SplitJpeg:
         # Its thread ends when the pool is collected with this decoder (the executor's own
         # weakref callback), so a dropped loader leaves none behind.
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="imageloader-split")
-        self._side = torch.cuda.Stream(self.device, priority=HELPER_STREAM_PRIORITY) \
+        # At the lanes' priority: the helper decodes part of the lane's batch.
+        self._side = torch.cuda.Stream(self.device, priority=prefetch.SIDE_STREAM_PRIORITY) \
             if self.device.type == "cuda" else None
         # Batches finished and not yet taken by the consumer (prefetch.Backlog; None: always
         # help), and the smoothed share of batches decoded while there were none.

@@ -42,9 +42,10 @@ from .pool import BufferPool, HostBatch
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 Release = Callable[[Any], None]  # called with the event after which host memory may be reused
-# The side streams' CUDA priority when a Prefetcher is not given one: 0, the default. Kept a
-# module setting, not an option, for the probes (bench.py --stream-priority): -1 added under
-# one point to ResNet-18 when it was an option (2026-11-23-h200-probe-queues).
+# The side streams' CUDA priority when a Prefetcher is not given one, and of a split lane's
+# helper (gpujpeg.SplitJpeg): 0, the default. Kept a module setting, not an option, for the
+# probes (bench.py --stream-priority): -1 added under one point to ResNet-18 when it was an
+# option (2026-11-23-h200-probe-queues) and nothing on photos (2026-11-26-gpu1-mends-lanes).
 SIDE_STREAM_PRIORITY = 0
 _END = object()
 

@@ -600,10 +600,8 @@ def main(args) -> dict:
         import imageloader.gpujpeg
         imageloader.gpujpeg.LARGE_JPEG_FACTOR = args.helper_factor  # read at each batch
     if args.stream_priority is not None:  # read when the loader makes its streams
-        import imageloader.gpujpeg
         import imageloader.prefetch
         imageloader.prefetch.SIDE_STREAM_PRIORITY = args.stream_priority
-        imageloader.gpujpeg.HELPER_STREAM_PRIORITY = args.stream_priority
     archive, shards = ensure_archive(args)
     recipes = set(args.recipes.split(","))
     results = {"environment": environment(), "args": vars(args), "models": {}, "loader": []}
