@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # ranks.py, also when loaded by path
-from imageloader import ImageLoader, Normalize, configure_cuda_queues  # noqa: E402
+from imageloader import ImageLoader, Normalize, Options, configure_cuda_queues  # noqa: E402
 from ranks import pin_local_rank_cores, setup_distributed  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -79,6 +79,8 @@ def get_args_parser() -> argparse.ArgumentParser:
       help="JPEG decode: Pillow in the workers, on the GPU, or auto (the loader measures "
       "which feeds this model faster; CPU without CUDA)")
     a("--prefetch", type=int, default=2, help="batches copied to the GPU ahead (0 = sync)")
+    a("--gpu-lanes", default=None, help="GPU decoding's lanes (imageloader Options.gpu_lanes, "
+      "e.g. hw or hw|cuda:8); default: the loader's choice for this GPU")
     a("--seed", type=int, default=0, help="seed of init, shuffle and augmentation")
     a("--device", default=None, help="cuda, cuda:1, cpu (default: cuda if available; under "
       "torchrun: the rank's GPU, shared round-robin if ranks outnumber GPUs)")
@@ -91,7 +93,10 @@ def get_args_parser() -> argparse.ArgumentParser:
       "(with --resume: the checkpoint's folder)")
     a("--resume", default=None, help="checkpoint.pt to continue from")
     a("--evaluate", action="store_true", help="only validate the --resume checkpoint")
-    a("--profile", action="store_true", help="chrome trace of steps 5-9 to out-dir/trace.json")
+    a("--profile", action="store_true", help="chrome trace of 5 steps of the first epoch to "
+      "out-dir/trace.json")
+    a("--profile-at", type=int, default=5, help="with --profile: the first step traced (the "
+      "default skips start-up and cuDNN's autotuning; later steps show the steady state)")
     a("--max-steps", type=int, default=None, help="stop each epoch after this many steps")
     a("--data-on-gpu", action="store_true", help="train on the loader's first batch over and "
       "over, already on the device: the rate this loop reaches when data costs nothing (the "
@@ -173,7 +178,8 @@ def build_loader(paths, args, device, *, train: bool, vocab=None) -> ImageLoader
                        device=device, vocab=vocab, workers=args.workers, prefetch=args.prefetch,
                        seed=args.seed, drop_last=train, mode=args.mode, decode=args.decode,
                        normalize=Normalize(dtype=torch.float32,
-                                           channels_last=args.channels_last))
+                                           channels_last=args.channels_last),
+                       options=Options(gpu_lanes=args.gpu_lanes))
 
 
 def lr_factor(step: int, steps_per_epoch: int, args) -> float:
@@ -337,7 +343,7 @@ def jsonable(d: dict) -> dict:
             for k, v in d.items()}
 
 
-def make_profiler(out_dir: Path):
+def make_profiler(out_dir: Path, first: int):
     trace = out_dir / "trace.json"
     activities = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
@@ -345,12 +351,15 @@ def make_profiler(out_dir: Path):
 
     def write(prof) -> None:
         prof.export_chrome_trace(str(trace))
-        tqdm.write(f"profile of steps 5-9 written to {trace} (open in https://ui.perfetto.dev)")
+        tqdm.write(f"profile of steps {first}-{first + 4} written to {trace} "
+                   "(open in https://ui.perfetto.dev)")
 
-    # Skip steps 0-3 (worker start-up, cudnn.benchmark autotuning), warm up on 4, record 5-9,
-    # once (repeat=1; the default repeats the cycle for the whole epoch). With one cycle,
-    # acc_events=True costs nothing and silences torch's "clears events each cycle" warning.
-    steps = torch.profiler.schedule(wait=4, warmup=1, active=5, repeat=1)
+    # Skip the steps before `first` (by default 0-3: worker start-up, cudnn.benchmark
+    # autotuning), warm up on the one before it, record 5, once (repeat=1; the default repeats
+    # the cycle for the whole epoch). With one cycle, acc_events=True costs nothing and
+    # silences torch's "clears events each cycle" warning.
+    first = max(first, 1)
+    steps = torch.profiler.schedule(wait=first - 1, warmup=1, active=5, repeat=1)
     return torch.profiler.profile(activities=activities, schedule=steps, on_trace_ready=write,
                                   acc_events=True)
 
@@ -469,7 +478,7 @@ def fit(model, train, val, ckpt, out_dir: Path, args) -> dict:
 
     for epoch in range(start, args.epochs):
         profiling = args.profile and epoch == start and is_main()
-        with make_profiler(out_dir) if profiling else nullcontext() as prof:
+        with make_profiler(out_dir, args.profile_at) if profiling else nullcontext() as prof:
             metrics = train_one_epoch(compiled, train, opt, sched, criterion, epoch, args, prof,
                                       save_mid_epoch)
         metrics.update(evaluate(compiled, val, args), epoch=epoch)

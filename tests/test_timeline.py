@@ -92,6 +92,9 @@ def test_overlap_summary_counts_exactly_the_hidden_copy(timeline) -> None:
     assert summary["copy_hidden"] == pytest.approx(0.75)
     assert summary["htod_overlap_ms"] == pytest.approx(3.0)
     assert summary["span_ms"] == pytest.approx(8.5)
+    # Busy: the memset (0.1), kernels and the copy under them (5.0), the last copy (1.0).
+    assert summary["idle_ms"] == pytest.approx(2.4)
+    assert summary["nccl_ms"] == 0.0
     streams = by_stream(summary)
     assert streams[7]["kernel_ms"] == pytest.approx(5.0)
     assert streams[7]["memset_ms"] == pytest.approx(0.1)
@@ -106,6 +109,20 @@ def test_overlap_summary_counts_exactly_the_hidden_copy(timeline) -> None:
     same = [timeline.GpuEvent("kernel", "k", 0, 20, 0.0, 10_000.0),
             timeline.GpuEvent("memcpy", "Memcpy HtoD", 0, 20, 1000.0, 2000.0, "HtoD")]
     assert timeline.overlap_summary(same)["copy_overlap_ms"] == 0.0
+
+
+def test_nccl_time_is_the_union_of_its_kernels_on_every_stream(timeline) -> None:
+    events = [timeline.GpuEvent("kernel", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 0, 30,
+                                0.0, 2000.0),
+              timeline.GpuEvent("kernel", "ncclKernel_AllReduce_RING_LL_Sum_float", 0, 31,
+                                1000.0, 3000.0),
+              timeline.GpuEvent("kernel", "void cudnn::conv", 0, 7, 0.0, 4000.0),
+              timeline.GpuEvent("kernel", "void cudnn::conv", 0, 7, 5000.0, 6000.0)]
+    summary = timeline.overlap_summary(events)
+    assert summary["nccl_ms"] == pytest.approx(3.0)
+    assert summary["idle_ms"] == pytest.approx(1.0)
+    assert "1.00 ms with nothing on it, NCCL kernels 3.00 ms" in timeline.format_summary(
+        summary, "rank 0")
 
 
 def test_top_kernels_ranks_each_streams_kernels_by_gpu_time(timeline) -> None:

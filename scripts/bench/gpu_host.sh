@@ -17,8 +17,8 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR packers   # auto vs cuda with 8 and 16 packers, ~4 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR share     # the GPU or the host: what holds ResNet-18
 #                                                    # back when the loader feeds it? ~4 min
-#   bash scripts/bench/gpu_host.sh OUT_DIR ddp       # 2-GPU host: ResNet-18's steps beside a
-#                                                    # second rank, a timeline; NCCL priority, ~5 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR ddp fixed  # 2-GPU host: why ResNet-18 loses more
+#   bash scripts/bench/gpu_host.sh OUT_DIR ddp photos # per GPU beside a second rank, ~9 min each
 # bench builds two 32,000-image archives (ImageNet-like 500x375, and varied photos with a
 # tail of large ones: make_imagenet_like.py --sizes), measures the inflate rate per core and
 # the plain copy (bench_inflate.py), then on each archive: the loader alone (its first epoch and
@@ -265,38 +265,69 @@ share() {  # probe_gpu_share.py: the loader beside a graphed ResNet-18 step (the
     | tee "$out/gpu-share.log" | tail -20
 }
 
-ddp() {  # 2-GPU host: where does ResNet-18 lose its steps beside a second rank, though no rank
-  # waits for its batch (results/2026-11-26-h200x2-waits)? A timeline of rank 0's steps 5-9
-  # (train_resnet.py --profile), one GPU against two, the loader feeding (decode="cuda": no
-  # trial), with each stream's busy time and top kernels; then ResNet-18 on two GPUs with NCCL
-  # on its default streams and on high-priority ones (TORCH_NCCL_HIGH_PRIORITY=1), interleaved.
-  local archive="$data/fixed-32000.tgz" val="$data/val-1000.tgz" work
-  work=$(mktemp -d)
-  ensure_archive "$archive" --sizes fixed --images 32000
+ddp() {  # 2-GPU host: why does ResNet-18 lose more per GPU beside a second rank than alone,
+  # though no rank waits for its batch (results/2026-11-26-h200x2-waits)? decode="cuda" (no
+  # trial), 2 epochs of 60 steps, the second epoch's steady rate, rows interleaved (ROUNDS):
+  # the data-on-GPU ceilings; one GPU; two independent one-GPU runs at once, each on its GPU
+  # and 16 cores (the host shared, no DDP); two GPUs under DDP; the same with NCCL on
+  # high-priority streams (TORCH_NCCL_HIGH_PRIORITY=1) and with the engines alone (gpu_lanes
+  # "hw", no CUDA helper). After round 1 a timeline of rank 0's steps 40-44, one GPU against
+  # two (train_resnet.py --profile), with the GPU's idle and NCCL time (PROFILE=0: none).
+  # ARCH=resnet50 and `ddp photos` change the model and the data.
+  local kind=${1:-fixed} archive val work
+  archive="$data/$kind-32000.tgz" val="$data/val-1000.tgz" work=$(mktemp -d)
+  ensure_archive "$archive" --sizes "$kind" --images 32000
   ensure_archive "$val" --images 1000 --seed 1
   local train="scripts/train_resnet.py --data $archive --val $val --size 224 --batch-size 256
-    --epochs 1 --max-steps 60 --workers 15 --print-every 0 --decode cuda --arch resnet18"
+    --epochs 2 --max-steps 60 --workers 15 --print-every 0 --decode cuda --arch ${ARCH:-resnet18}"
+  local one="env CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 python3"
   local two="python3 -m torch.distributed.run --nproc-per-node=2"
-  env CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 python3 $train --profile --out-dir "$work/g1" \
-    2>&1 | grep '^steady' | sed 's/^/1 GPU, profiled: /'
-  $two $train --pin-cores --profile --out-dir "$work/g2" 2>&1 | grep '^steady' \
-    | sed 's/^/2 GPUs, profiled: /'
-  python3 $here/plot_timeline.py "$work/g1/trace.json" --compare "$work/g2/trace.json" --top 8 \
-    --labels "1 GPU" "2 GPUs (rank 0)" --title "ResNet-18 steps 5-9, the loader feeding" \
-    --out "$out/ddp-timeline.png" 2>&1 | tee "$out/ddp-timeline.log" | tail -40
-  for trace in g1 g2; do gzip -c "$work/$trace/trace.json" > "$out/trace-$trace.json.gz"; done
-  for round in 1 2; do
-    for high in 0 1; do
-      TORCH_NCCL_HIGH_PRIORITY=$high $two $train --pin-cores --out-dir "$work/r" 2>&1 \
-        | grep '^steady' | sed "s/^/2 GPUs, TORCH_NCCL_HIGH_PRIORITY=$high: /"
-      rm -rf "$work/r"
+  row() {  # LABEL COMMAND...: its last epoch's steady line, and its metrics in ddp-KIND.jsonl
+    local label=$1; shift
+    rm -rf "$work/r"
+    "$@" --out-dir "$work/r" 2>&1 | grep '^steady' | tail -1 | sed "s/^/$kind, $label: /"
+    python3 -c 'import json, sys; rows = open(sys.argv[1]).read().splitlines()
+print(json.dumps({"row": sys.argv[2], **json.loads(rows[-1])}))' "$work/r/metrics.jsonl" \
+      "$label" >> "$out/ddp-$kind.jsonl"
+  }
+  pair() {  # two independent one-GPU runs at once, each on its own GPU and 16 cores
+    rm -rf "$work/a" "$work/b"
+    CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 python3 $train --out-dir "$work/a" > "$work/a.log" 2>&1 &
+    CUDA_VISIBLE_DEVICES=1 taskset -c 16-31 python3 $train --out-dir "$work/b" > "$work/b.log" 2>&1 &
+    wait
+    for g in a b; do
+      grep '^steady' "$work/$g.log" | tail -1 | sed "s/^/$kind, two 1-GPU runs at once ($g): /"
+      python3 -c 'import json, sys; rows = open(sys.argv[1]).read().splitlines()
+print(json.dumps({"row": sys.argv[2], **json.loads(rows[-1])}))' "$work/$g/metrics.jsonl" \
+        "pair-$g" >> "$out/ddp-$kind.jsonl"
     done
+  }
+  row "ceiling, 1 GPU" $one $train --data-on-gpu
+  row "ceiling, 2 GPUs" $two $train --data-on-gpu --pin-cores
+  for round in $(seq 1 "${ROUNDS:-2}"); do
+    row "1 GPU" $one $train
+    pair
+    row "2 GPUs" $two $train --pin-cores
+    row "2 GPUs, TORCH_NCCL_HIGH_PRIORITY=1" env TORCH_NCCL_HIGH_PRIORITY=1 $two $train --pin-cores
+    row "2 GPUs, lanes hw" $two $train --pin-cores --gpu-lanes hw
+    if [ "$round" = 1 ] && [ "${PROFILE:-1}" = 1 ]; then
+      $one $train --epochs 1 --profile --profile-at 40 --out-dir "$work/g1" 2>&1 \
+        | grep '^steady' | sed "s/^/$kind, 1 GPU, profiled: /"
+      $two $train --epochs 1 --pin-cores --profile --profile-at 40 --out-dir "$work/g2" 2>&1 \
+        | grep '^steady' | sed "s/^/$kind, 2 GPUs, profiled: /"
+      python3 $here/plot_timeline.py "$work/g1/trace.json" --compare "$work/g2/trace.json" \
+        --top 8 --labels "1 GPU" "2 GPUs (rank 0)" --out "$out/ddp-timeline-$kind.png" \
+        --title "${ARCH:-resnet18} steps 40-44, the loader feeding ($kind)" 2>&1 \
+        | tee "$out/ddp-timeline-$kind.log" | head -12
+      for g in g1 g2; do gzip -c "$work/$g/trace.json" > "$out/trace-$kind-$g.json.gz"; done
+    fi
   done
 }
 
 case "$part" in
   none) ;;  # the wheels of .whl/ installed, nothing run (a first call before others)
-  tests|bench|overlap|remote|decoders|trial|threads|packers|share|ddp) "$part" ;;
+  tests|bench|overlap|remote|decoders|trial|threads|packers|share) "$part" ;;
+  ddp) ddp "${3:-fixed}" 2>&1 | tee "$out/ddp-${3:-fixed}.log" ;;
   dali) dali "${3:-photos}" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;

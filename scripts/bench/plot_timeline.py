@@ -9,7 +9,8 @@ memset in a third, on an x axis in ms from the first GPU event of that trace. Ea
 with its stream id and what dominates it ("stream 7: kernels", "stream 23: copies + conversion
 kernels"). With --compare two traces are drawn as two stacked panels on one time scale.
 
-It also prints, per stream, the busy time of kernels, copies and memsets, and the number that
+It also prints the time with nothing on the GPU and NCCL's kernel time (under DDP: the wait for
+the other rank), per stream the busy time of kernels, copies and memsets, and the number that
 shows whether the prefetcher works: the time during which copies on one stream run while kernels
 run on ANOTHER stream of the same GPU (copy time hidden under compute). `overlap_summary(events)`
 returns the same numbers as a dict.
@@ -219,8 +220,16 @@ def overlap_summary(events: Iterable) -> dict:
     overlap_ms = sum(s["copy_overlap_ms"] for s in streams)
     start = min((e.start for e in events), default=0.0)
     end = max((e.end for e in events), default=0.0)
+    # Time with nothing at all on the GPU: the host (or another rank) kept it waiting.
+    busy_us = length(merge((e.start, e.end) for e in events))
+    # NCCL's kernels run for as long as the slower rank keeps them waiting, so their time under
+    # DDP says how long this GPU waited for the other.
+    nccl_us = length(merge((e.start, e.end) for e in events
+                           if e.kind == "kernel" and "nccl" in e.name.lower()))
     return {
         "span_ms": (end - start) / 1e3,
+        "idle_ms": (end - start - busy_us) / 1e3,
+        "nccl_ms": nccl_us / 1e3,
         "kernel_ms": sum(s["kernel_ms"] for s in streams),
         "copy_ms": copy_ms,
         "memset_ms": sum(s["memset_ms"] for s in streams),
@@ -233,7 +242,9 @@ def overlap_summary(events: Iterable) -> dict:
 
 
 def format_summary(summary: dict, title: str) -> str:
-    lines = [f"== {title}: {summary['span_ms']:.2f} ms of GPU timeline"]
+    lines = [f"== {title}: {summary['span_ms']:.2f} ms of GPU timeline, "
+             f"{summary['idle_ms']:.2f} ms with nothing on it"
+             + (f", NCCL kernels {summary['nccl_ms']:.2f} ms" if summary["nccl_ms"] else "")]
     width = max([len(s["label"]) for s in summary["streams"]] + [10])
     for s in summary["streams"]:
         kinds = ", ".join(f"{n}x {k}" for k, n in sorted(s["copy_kinds"].items()))
