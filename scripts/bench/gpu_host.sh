@@ -19,6 +19,8 @@
 #                                                    # back when the loader feeds it? ~4 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR ddp fixed  # 2-GPU host: why ResNet-18 loses more
 #   bash scripts/bench/gpu_host.sh OUT_DIR ddp photos # per GPU beside a second rank, ~9 min each
+#   bash scripts/bench/gpu_host.sh OUT_DIR host      # 2-GPU host: what two runs take from each
+#                                                    # other without DDP; shared cores, ~8 min
 # bench builds two 32,000-image archives (ImageNet-like 500x375, and varied photos with a
 # tail of large ones: make_imagenet_like.py --sizes), measures the inflate rate per core and
 # the plain copy (bench_inflate.py), then on each archive: the loader alone (its first epoch and
@@ -318,9 +320,57 @@ print(json.dumps({"row": sys.argv[2], **json.loads(rows[-1])}))' "$work/$g/metri
       python3 $here/plot_timeline.py "$work/g1/trace.json" --compare "$work/g2/trace.json" \
         --top 8 --labels "1 GPU" "2 GPUs (rank 0)" --out "$out/ddp-timeline-$kind.png" \
         --title "${ARCH:-resnet18} steps 40-44, the loader feeding ($kind)" 2>&1 \
-        | tee "$out/ddp-timeline-$kind.log" | head -12
+        > "$out/ddp-timeline-$kind.log"  # (not tee | head: head's exit would end it)
+      head -3 "$out/ddp-timeline-$kind.log"
       for g in g1 g2; do gzip -c "$work/$g/trace.json" > "$out/trace-$kind-$g.json.gz"; done
     fi
+  done
+}
+
+host() {  # 2-GPU host: what two runs on one host take from each other, without DDP (the ddp
+  # part: two independent one-GPU trainings at once lost 12-22% each). Which CPUs share a
+  # physical core (probe_cpu_siblings.py); then, interleaved (ROUNDS): the loader alone
+  # (bench.py, decode="cuda") on GPU 0 with CPUs 0-15, with 0-7, and two at once (GPU 1 on
+  # 16-31); ResNet-18 with the data on the GPU, alone and two at once; ResNet-18 fed by the
+  # loader on CPUs 0-15, on 0-7, and two at once.
+  local kind=${1:-fixed} archive val work
+  archive="$data/$kind-32000.tgz" val="$data/val-1000.tgz" work=$(mktemp -d)
+  python3 $here/probe_cpu_siblings.py --seconds 0.5 --out "$out/siblings.json"
+  ensure_archive "$archive" --sizes "$kind" --images 32000
+  ensure_archive "$val" --images 1000 --seed 1
+  local alone="$here/bench.py --archive $archive --shards 0 --models resnet18 --recipes loader
+    --decode cuda --warmup 100 --steps 1000 --max-seconds 8"
+  local train="scripts/train_resnet.py --data $archive --val $val --size 224 --batch-size 256
+    --epochs 2 --max-steps 60 --workers 15 --print-every 0 --decode cuda --arch resnet18"
+  on() {  # GPU CPUS NAME COMMAND...: one run, its log in $work/NAME.log
+    local gpu=$1 cpus=$2 name=$3; shift 3
+    CUDA_VISIBLE_DEVICES=$gpu taskset -c "$cpus" python3 "$@" > "$work/$name.log" 2>&1
+  }
+  say() {  # NAME LABEL: the run's rate line
+    { grep -h '^steady' "$work/$1.log" | tail -1; grep -h 'loader alone' "$work/$1.log" \
+        | tail -1; } | sed "s/^/$kind, $2: /"
+  }
+  for round in $(seq 1 "${ROUNDS:-2}"); do
+    on 0 0-15 la $alone --out "$out/host-loader-alone-r$round.json"; say la "loader alone, CPUs 0-15"
+    on 0 0-7 lh $alone --out "$out/host-loader-half-r$round.json"; say lh "loader alone, CPUs 0-7"
+    on 0 0-15 pa $alone --out "$out/host-loader-pair-a-r$round.json" &
+    on 1 16-31 pb $alone --out "$out/host-loader-pair-b-r$round.json" &
+    wait; say pa "two loaders at once (GPU 0)"; say pb "two loaders at once (GPU 1)"
+    on 0 0-15 ca $train --data-on-gpu --out-dir "$work/ca"; say ca "ceiling alone"
+    on 0 0-15 cp $train --data-on-gpu --out-dir "$work/cp" &
+    on 1 16-31 cq $train --data-on-gpu --out-dir "$work/cq" &
+    wait; say cp "two ceilings at once (GPU 0)"; say cq "two ceilings at once (GPU 1)"
+    on 0 0-15 ta $train --out-dir "$work/ta"; say ta "ResNet-18 fed, CPUs 0-15"
+    on 0 0-7 th $train --workers 7 --out-dir "$work/th"; say th "ResNet-18 fed, CPUs 0-7"
+    on 0 0-15 tp $train --out-dir "$work/tp" &
+    on 1 16-31 tq $train --out-dir "$work/tq" &
+    wait; say tp "two fed at once (GPU 0)"; say tq "two fed at once (GPU 1)"
+    for run in ca cp cq ta th tp tq; do
+      python3 -c 'import json, sys; rows = open(sys.argv[1]).read().splitlines()
+print(json.dumps({"row": sys.argv[2], "round": int(sys.argv[3]), **json.loads(rows[-1])}))' \
+        "$work/$run/metrics.jsonl" "$run" "$round" >> "$out/host-$kind.jsonl"
+      rm -rf "${work:?}/$run"
+    done
   done
 }
 
@@ -328,6 +378,7 @@ case "$part" in
   none) ;;  # the wheels of .whl/ installed, nothing run (a first call before others)
   tests|bench|overlap|remote|decoders|trial|threads|packers|share) "$part" ;;
   ddp) ddp "${3:-fixed}" 2>&1 | tee "$out/ddp-${3:-fixed}.log" ;;
+  host) host "${3:-fixed}" 2>&1 | tee "$out/host-${3:-fixed}.log" ;;
   dali) dali "${3:-photos}" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
