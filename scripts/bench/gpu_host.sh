@@ -21,6 +21,8 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR ddp photos # per GPU beside a second rank, ~9 min each
 #   bash scripts/bench/gpu_host.sh OUT_DIR host      # 2-GPU host: what two runs take from each
 #                                                    # other without DDP; shared cores, ~8 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR beside    # 2-GPU host: which neighbour slows a
+#                                                    # fed ResNet-18: a model or a loader? ~3 min
 # bench builds two 32,000-image archives (ImageNet-like 500x375, and varied photos with a
 # tail of large ones: make_imagenet_like.py --sizes), measures the inflate rate per core and
 # the plain copy (bench_inflate.py), then on each archive: the loader alone (its first epoch and
@@ -374,11 +376,34 @@ print(json.dumps({"row": sys.argv[2], "round": int(sys.argv[3]), **json.loads(ro
   done
 }
 
+beside() {  # 2-GPU host: which neighbour slows ResNet-18 fed by the loader on GPU 0 (CPUs
+  # 0-15): none; ResNet-18 with its data on GPU 1 (that GPU busy, its host nearly idle); the
+  # loader alone on GPU 1 (its readers, packers and JPEG engines busy, no training); both on
+  # CPUs 16-31, started with it and outlasting it
+  local archive="$data/fixed-32000.tgz" val="$data/val-1000.tgz" work
+  work=$(mktemp -d)
+  ensure_archive "$archive" --sizes fixed --images 32000
+  ensure_archive "$val" --images 1000 --seed 1
+  local train="scripts/train_resnet.py --data $archive --val $val --size 224 --batch-size 256
+    --max-steps 60 --workers 15 --print-every 0 --decode cuda --arch resnet18"
+  fed() { CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 python3 $train --epochs 2 --out-dir "$work/f" \
+    2>&1 | grep '^steady' | tail -1 | sed "s/^/fed on GPU 0, $1: /"; rm -rf "$work/f"; }
+  on1() { CUDA_VISIBLE_DEVICES=1 taskset -c 16-31 python3 "$@" > "$work/n.log" 2>&1; }
+  fed "alone"
+  on1 $train --epochs 4 --data-on-gpu --out-dir "$work/n" & fed "beside ResNet-18 with its data on GPU 1"
+  wait; grep -h '^steady' "$work/n.log" | tail -1 | sed 's/^/  neighbour: /'
+  on1 $here/bench.py --archive $archive --shards 0 --models resnet18 --recipes loader --decode cuda \
+    --warmup 100 --steps 5000 --max-seconds 20 & fed "beside the loader alone on GPU 1"
+  wait; grep -h 'loader alone' "$work/n.log" | cut -c1-120 | sed 's/^/  neighbour: /'
+  fed "alone, again"
+}
+
 case "$part" in
   none) ;;  # the wheels of .whl/ installed, nothing run (a first call before others)
   tests|bench|overlap|remote|decoders|trial|threads|packers|share) "$part" ;;
   ddp) ddp "${3:-fixed}" 2>&1 | tee "$out/ddp-${3:-fixed}.log" ;;
   host) host "${3:-fixed}" 2>&1 | tee "$out/host-${3:-fixed}.log" ;;
+  beside) beside 2>&1 | tee "$out/beside.log" ;;
   dali) dali "${3:-photos}" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
