@@ -390,7 +390,7 @@ beside() {  # 2-GPU host: which neighbour slows ResNet-18 fed by the loader on G
     2>&1 | grep '^steady' | tail -1 | sed "s/^/fed on GPU 0, $1: /"; rm -rf "$work/f"; }
   on1() { CUDA_VISIBLE_DEVICES=1 taskset -c 16-31 python3 "$@" > "$work/n.log" 2>&1; }
   fed "alone"
-  on1 $train --epochs 4 --data-on-gpu --out-dir "$work/n" & fed "beside ResNet-18 with its data on GPU 1"
+  on1 $train --epochs 8 --data-on-gpu --out-dir "$work/n" & fed "beside ResNet-18 with its data on GPU 1"
   wait; grep -h '^steady' "$work/n.log" | tail -1 | sed 's/^/  neighbour: /'
   on1 $here/bench.py --archive $archive --shards 0 --models resnet18 --recipes loader --decode cuda \
     --warmup 100 --steps 5000 --max-seconds 20 & fed "beside the loader alone on GPU 1"
