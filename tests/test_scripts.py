@@ -7,6 +7,7 @@ calls the script's main() in-process on tiny inputs.
 import gzip
 import importlib.util
 import io
+import json
 import random
 import re
 import sys
@@ -234,6 +235,34 @@ def test_probe_counts_cpu_by_python_thread_name_and_nices_its_busy_threads(monke
                 break
             time.sleep(0.05)
     assert nices == [10, 10]
+
+
+def test_probe_cpu_siblings_names_the_cpu_that_halves_the_probes_loop(monkeypatch, tmp_path):
+    """probe_cpu_siblings on a pretend 8-CPU machine where CPU 5 is CPU 0's hyperthread: CPU 0's
+    loop runs at half speed beside it and at full speed beside any other."""
+    probe = load_script("probe_cpu_siblings", monkeypatch)
+    monkeypatch.setattr(probe.os, "sched_getaffinity", lambda pid: set(range(8)))
+
+    def rates(cpus, seconds):
+        return {c: 50.0 if set(cpus) >= {0, 5} else 100.0 for c in cpus}
+
+    monkeypatch.setattr(probe, "rates", rates)
+    out = tmp_path / "siblings.json"
+    result = probe.main(script_args(probe, "--out", out))
+    assert result["siblings_of_probe_cpu"] == [5]
+    assert result["beside"]["5"] == 0.5 and result["beside"]["4"] == 1.0
+    assert result["all_busy_per_cpu"] == 0.5 and result["first_half_busy_per_cpu"] == 1.0
+    assert json.loads(out.read_text()) == result
+
+
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_probe_cpu_siblings_really_spins_on_the_cpus_it_names(monkeypatch):
+    """Its loop runs pinned, one process per CPU, and each reports a rate."""
+    import os
+    probe = load_script("probe_cpu_siblings", monkeypatch)
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    measured = probe.rates(cpus, 0.1)
+    assert sorted(measured) == cpus and all(rate > 0 for rate in measured.values())
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")

@@ -125,6 +125,21 @@ def test_data_on_gpu_trains_on_one_batch_of_the_loader(script, tmp_path: Path) -
     assert line["train_loss"] < 2.0  # six steps on one batch already fit it (chance: 2.30)
 
 
+def test_profile_traces_the_five_steps_asked_for(script, tmp_path: Path) -> None:
+    """--profile --profile-at 12: the trace holds steps 12-16 (a later window than the default
+    5-9, past start-up, as the 2-GPU comparison needs); --gpu-lanes reaches the loader."""
+    out = tmp_path / "profiled"
+    run(script, "--epochs", "1", "--max-steps", "20", "--workers", "0", "--profile",
+        "--profile-at", "12", "--gpu-lanes", "hw", "--out-dir", str(out))
+    events = json.loads((out / "trace.json").read_text())["traceEvents"]
+    steps = sorted({int(e["name"].split("#")[1]) for e in events
+                    if str(e.get("name", "")).startswith("ProfilerStep#")})
+    assert steps == [12, 13, 14, 15, 16]
+    with pytest.raises(ValueError, match="lanes"):
+        run(script, "--epochs", "1", "--max-steps", "2", "--workers", "0", "--gpu-lanes",
+            "nonsense", "--out-dir", str(tmp_path / "bad"))
+
+
 @pytest.mark.timeout(240)
 def test_two_ranks_under_torchrun_share_what_the_host_has(tmp_path) -> None:
     """torchrun with 2 ranks: on the CPU over gloo; on a GPU host both ranks on its one visible
