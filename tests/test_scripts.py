@@ -237,6 +237,18 @@ def test_probe_counts_cpu_by_python_thread_name_and_nices_its_busy_threads(monke
     assert nices == [10, 10]
 
 
+def test_probe_stream_threads_copy_memory_and_count_it(monkeypatch):
+    """probe_host_threads' memory streams: each thread moves whole 64 MB buffers and counts them."""
+    import time
+    probe = load_script("probe_host_threads", monkeypatch)
+    with probe.Interference(stream=2) as busy:
+        deadline = time.monotonic() + 20
+        while busy.copied < 4 * busy.STREAM_BYTES and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert len(busy.threads) == 2 and not any(t.is_alive() for t in busy.threads)
+    assert busy.copied >= 4 * busy.STREAM_BYTES and busy.copied % busy.STREAM_BYTES == 0
+
+
 def test_probe_cpu_siblings_names_the_cpu_that_halves_the_probes_loop(monkeypatch, tmp_path):
     """probe_cpu_siblings on a pretend 8-CPU machine where CPU 5 is CPU 0's hyperthread: CPU 0's
     loop runs at half speed beside it and at full speed beside any other."""

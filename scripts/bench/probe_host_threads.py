@@ -8,7 +8,9 @@ lane (CPU threads in the training process) slowed its steps even where it waited
 Two questions, timed on data already on the GPU (bench.ceiling_batches, so only the host
 side differs between rows):
 - how much does the training thread lose to another Python thread holding the GIL for a
-  given share of the time, and to N busy threads that do not hold it (at nice 0 and +10)?
+  given share of the time, to N busy threads that do not hold it (at nice 0 and +10), and
+  to threads streaming memory through the shared cache (a second rank's loader beside it
+  slowed ResNet-18 by ~12% where a second training did not: results/2026-11-26-h200x2-host)?
 - how much CPU does each thread of the training process spend per batch when the loader
   feeds it (decode="cuda"): /proc/self/task/*/stat, by thread name?
 """
@@ -50,19 +52,27 @@ def thread_cpu() -> dict[str, float]:
 
 
 class Interference:
-    """Background threads: `gil` ms of pure Python every 20 ms (the GIL held), or `busy`
-    threads hashing (hashlib drops the GIL for large buffers) at niceness `nice`."""
+    """Background threads: `gil` ms of pure Python every 20 ms (the GIL held), `busy` threads
+    hashing (hashlib drops the GIL for large buffers; the work stays in each core's own cache),
+    or `stream` threads copying 64 MB buffers (numpy drops the GIL: memory traffic through the
+    shared last-level cache, as readers and packers copying JPEG bytes make), at niceness
+    `nice`. `copied` counts the bytes the stream threads moved."""
 
-    def __init__(self, gil_ms: float = 0.0, busy: int = 0, nice: int = 0):
-        self.gil_ms, self.busy, self.nice = gil_ms, busy, nice
+    STREAM_BYTES = 64 << 20
+
+    def __init__(self, gil_ms: float = 0.0, busy: int = 0, nice: int = 0, stream: int = 0):
+        self.gil_ms, self.busy, self.nice, self.stream = gil_ms, busy, nice, stream
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
+        self.copied = 0
 
     def __enter__(self):
         if self.gil_ms:
             self.threads.append(threading.Thread(target=self._hold_gil, daemon=True))
         self.threads += [threading.Thread(target=self._hash, daemon=True)
                          for _ in range(self.busy)]
+        self.threads += [threading.Thread(target=self._copy, daemon=True)
+                         for _ in range(self.stream)]
         for thread in self.threads:
             thread.start()
         return self
@@ -85,17 +95,28 @@ class Interference:
         while not self.stop.is_set():
             hashlib.sha256(data).digest()
 
+    def _copy(self):
+        import numpy as np
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)
+        source = np.ones(self.STREAM_BYTES, np.uint8)
+        target = np.empty_like(source)
+        while not self.stop.is_set():
+            np.copyto(target, source)
+            self.copied += self.STREAM_BYTES  # a race between threads only loses a count
+
 
 def ceiling_row(trainer, args, label: str, **interference) -> dict:
     batches = bench.ceiling_batches(args, 100)
-    with Interference(**interference):
-        main0 = time.thread_time()
+    with Interference(**interference) as busy:
+        main0, t0 = time.thread_time(), time.perf_counter()
         result = bench.timed_training(trainer, batches, args, label)
         steps = result["images"] / args.batch_size
         result["main_thread_cpu_ms_per_step"] = (time.thread_time() - main0) * 1e3 / (
             steps + args.warmup)
-    print(f"{'':32s} main thread CPU {result['main_thread_cpu_ms_per_step']:.1f} ms/step",
-          flush=True)
+        result["streamed_gb_per_s"] = busy.copied / 1e9 / (time.perf_counter() - t0)
+    streamed = f", others copied {result['streamed_gb_per_s']:.1f} GB/s" if busy.stream else ""
+    print(f"{'':32s} main thread CPU {result['main_thread_cpu_ms_per_step']:.1f} ms/step"
+          + streamed, flush=True)
     return result
 
 
@@ -137,6 +158,10 @@ def main() -> None:
                         nice=10),
             ceiling_row(trainer, args, f"+ {cores} busy threads, nice 10", busy=cores,
                         nice=10),
+            ceiling_row(trainer, args, "+ 2 threads copying memory, nice 10", stream=2,
+                        nice=10),
+            ceiling_row(trainer, args, f"+ {cores // 2} threads copying memory, nice 10",
+                        stream=cores // 2, nice=10),
             loader_row(trainer, args, "loader, decode=cuda"),
             loader_row(trainer, args, "loader, switch interval 0.5 ms", switch=5e-4),
             ceiling_row(trainer, args, "data on GPU, again")]
