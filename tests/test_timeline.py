@@ -125,6 +125,25 @@ def test_nccl_time_is_the_union_of_its_kernels_on_every_stream(timeline) -> None
         summary, "rank 0")
 
 
+def test_host_summary_gives_each_traced_step_and_the_heaviest_cpu_ops(timeline) -> None:
+    def op(name, ts, dur, cat="cpu_op"):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+    trace = {"traceEvents": [
+        op("ProfilerStep#41", 30_000.0, 25_000.0, "user_annotation"),
+        op("ProfilerStep#40", 0.0, 30_000.0, "user_annotation"),
+        op("DistributedDataParallel.forward", 100.0, 12_000.0, "user_annotation"),
+        op("aten::conv2d", 200.0, 1_000.0), op("aten::conv2d", 30_200.0, 1_500.0),
+        op("aten::relu_", 1_300.0, 100.0),
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 0.0, "dur": 9e9}]}
+    summary = timeline.host_summary(trace, 2)
+    assert summary["steps_ms"] == [("ProfilerStep#40", 30.0), ("ProfilerStep#41", 25.0)]
+    assert summary["top_ops"] == [("DistributedDataParallel.forward", 12.0, 1),
+                                  ("aten::conv2d", 2.5, 2)]
+    text = timeline.format_host_summary(summary)
+    assert "steps (ms) 40: 30.0, 41: 25.0" in text and "2.50 ms     2x  aten::conv2d" in text
+
+
 def test_top_kernels_ranks_each_streams_kernels_by_gpu_time(timeline) -> None:
     events = timeline.gpu_events(synthetic_trace())
     events.append(timeline.GpuEvent("kernel", "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float>",

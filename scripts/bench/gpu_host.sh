@@ -320,7 +320,7 @@ print(json.dumps({"row": sys.argv[2], **json.loads(rows[-1])}))' "$work/$g/metri
       $two $train --epochs 1 --pin-cores --profile --profile-at 40 --out-dir "$work/g2" 2>&1 \
         | grep '^steady' | sed "s/^/$kind, 2 GPUs, profiled: /"
       python3 $here/plot_timeline.py "$work/g1/trace.json" --compare "$work/g2/trace.json" \
-        --top 8 --labels "1 GPU" "2 GPUs (rank 0)" --out "$out/ddp-timeline-$kind.png" \
+        --top 8 --host 8 --labels "1 GPU" "2 GPUs (rank 0)" --out "$out/ddp-timeline-$kind.png" \
         --title "${ARCH:-resnet18} steps 40-44, the loader feeding ($kind)" 2>&1 \
         > "$out/ddp-timeline-$kind.log"  # (not tee | head: head's exit would end it)
       head -3 "$out/ddp-timeline-$kind.log"

@@ -332,6 +332,31 @@ def format_top_kernels(events: list[GpuEvent], n: int) -> str:
     return "\n".join(lines)
 
 
+def host_summary(trace: dict | list, n: int) -> dict:
+    """The host side of the traced steps: each ProfilerStep's length (ms, in order) and the n
+    CPU ops with the most time in all (inclusive: an op's time holds its children's), as
+    (name, total ms, count). Under DDP its forward and gradient hooks show here."""
+    raw = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    ops = [e for e in raw if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation")]
+    steps = sorted((e for e in ops if str(e.get("name", "")).startswith("ProfilerStep#")),
+                   key=lambda e: float(e["ts"]))
+    totals, counts = Counter(), Counter()
+    for e in ops:
+        if not str(e.get("name", "")).startswith("ProfilerStep#"):
+            totals[e["name"]] += float(e.get("dur", 0)) / 1e3
+            counts[e["name"]] += 1
+    return {"steps_ms": [(e["name"], float(e["dur"]) / 1e3) for e in steps],
+            "top_ops": [(name, ms, counts[name]) for name, ms in totals.most_common(n)]}
+
+
+def format_host_summary(summary: dict) -> str:
+    steps = ", ".join(f"{name.split('#')[1]}: {ms:.1f}" for name, ms in summary["steps_ms"])
+    lines = [f"  host: steps (ms) {steps or 'none traced'}"]
+    lines += [f"    {ms:8.2f} ms {count:5d}x  {name[:90]}" for name, ms, count in
+              summary["top_ops"]]
+    return "\n".join(lines)
+
+
 # ---- command line ----------------------------------------------------------------------------
 
 
@@ -347,6 +372,8 @@ def get_args_parser() -> argparse.ArgumentParser:
                    help="a second trace, drawn as a second panel below the first")
     p.add_argument("--top", type=int, default=0,
                    help="also print each stream's N kernels with the most GPU time")
+    p.add_argument("--host", type=int, default=0,
+                   help="also print the traced steps' host time and the N CPU ops with the most")
     p.add_argument("--labels", nargs=2, metavar=("A", "B"), default=None,
                    help="panel titles for trace and --compare (default: file names)")
     return p
@@ -376,6 +403,9 @@ def main(args: argparse.Namespace) -> dict:
                                                if window else "")))
         if args.top:
             print(format_top_kernels(events_of[label], args.top))
+        if args.host:
+            path = paths[labels.index(label)]
+            print(format_host_summary(host_summary(load_trace(path), args.host)))
     plot(panels, args.out, args.title, window)
     print(f"wrote {args.out}")
     return {label: summary for label, _, summary, _ in panels}
