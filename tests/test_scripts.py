@@ -249,6 +249,41 @@ def test_probe_stream_threads_copy_memory_and_count_it(monkeypatch):
     assert busy.copied >= 4 * busy.STREAM_BYTES and busy.copied % busy.STREAM_BYTES == 0
 
 
+PROC_INTERRUPTS = """           CPU0       CPU1       CPU2
+ 24:          1          0          0  IO-APIC   5-edge      ACPI:Ged
+ 90:        100         10          0  PCI-MSI 1048576-edge      nvidia
+ 91:          0          0          5  PCI-MSI 2097152-edge      nvidia
+LOC:       1000       1000       1000   Local timer interrupts
+ERR:          0
+"""
+
+
+def test_probe_interrupts_rates_the_matching_lines_by_cpu(monkeypatch):
+    """probe_interrupts: per-second rates of the lines that match, busiest CPUs first."""
+    probe = load_script("probe_interrupts", monkeypatch)
+    before = probe.parse(PROC_INTERRUPTS)
+    assert before["90: PCI-MSI 1048576-edge nvidia"] == [100, 10, 0]
+    assert before["ERR:"] == [0, 0, 0]
+    after = dict(before)
+    after["90: PCI-MSI 1048576-edge nvidia"] = [2100, 410, 0]
+    after["LOC: Local timer interrupts"] = [3000, 1000, 1000]
+    rows = probe.rates(before, after, 2.0, "NVIDIA")
+    assert rows == [{"irq": "90: PCI-MSI 1048576-edge nvidia", "per_s": 1200.0,
+                     "cpus": {"CPU0": 1000, "CPU1": 200}}]  # 91 did not move
+    assert [r["irq"] for r in probe.rates(before, after, 2.0, "")] == [
+        "90: PCI-MSI 1048576-edge nvidia", "LOC: Local timer interrupts"]
+
+
+@pytest.mark.skipif(not Path("/proc/interrupts").is_file(), reason="reads /proc (Linux)")
+def test_probe_interrupts_runs_the_command_and_passes_its_exit_code(monkeypatch, tmp_path):
+    probe = load_script("probe_interrupts", monkeypatch)
+    out = tmp_path / "irq.json"
+    result = probe.main(script_args(probe, "--out", out, sys.executable, "-c",
+                                    "raise SystemExit(3)"))
+    assert result["exit"] == 3 and result["seconds"] > 0
+    assert json.loads(out.read_text())["exit"] == 3
+
+
 def test_probe_cpu_siblings_names_the_cpu_that_halves_the_probes_loop(monkeypatch, tmp_path):
     """probe_cpu_siblings on a pretend 8-CPU machine where CPU 5 is CPU 0's hyperthread: CPU 0's
     loop runs at half speed beside it and at full speed beside any other."""

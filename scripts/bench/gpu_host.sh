@@ -379,15 +379,19 @@ print(json.dumps({"row": sys.argv[2], "round": int(sys.argv[3]), **json.loads(ro
 beside() {  # 2-GPU host: which neighbour slows ResNet-18 fed by the loader on GPU 0 (CPUs
   # 0-15): none; ResNet-18 with its data on GPU 1 (that GPU busy, its host nearly idle); the
   # loader alone on GPU 1 (its readers, packers and JPEG engines busy, no training); both on
-  # CPUs 16-31, started with it and outlasting it
+  # CPUs 16-31, started with it and outlasting it. With each row, the GPUs' interrupts per
+  # second and the CPUs that took them (every wait on a CUDA event may be one)
   local archive="$data/fixed-32000.tgz" val="$data/val-1000.tgz" work
   work=$(mktemp -d)
   ensure_archive "$archive" --sizes fixed --images 32000
   ensure_archive "$val" --images 1000 --seed 1
   local train="scripts/train_resnet.py --data $archive --val $val --size 224 --batch-size 256
     --max-steps 60 --workers 15 --print-every 0 --decode cuda --arch resnet18"
-  fed() { CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 python3 $train --epochs 2 --out-dir "$work/f" \
-    2>&1 | grep '^steady' | tail -1 | sed "s/^/fed on GPU 0, $1: /"; rm -rf "$work/f"; }
+  fed() {  # LABEL: the fed run, and the GPUs' interrupts while it ran (probe_interrupts.py)
+    CUDA_VISIBLE_DEVICES=0 python3 $here/probe_interrupts.py --match nvidia --top 3 -- \
+      taskset -c 0-15 python3 $train --epochs 2 --out-dir "$work/f" 2>&1 \
+      | awk '/^steady/ {last = $0} /^interrupts/ {print} END {print last}' \
+      | sed "s/^/fed on GPU 0, $1: /"; rm -rf "$work/f"; }
   on1() { CUDA_VISIBLE_DEVICES=1 taskset -c 16-31 python3 "$@" > "$work/n.log" 2>&1; }
   fed "alone"
   on1 $train --epochs 8 --data-on-gpu --out-dir "$work/n" & fed "beside ResNet-18 with its data on GPU 1"
