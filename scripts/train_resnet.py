@@ -89,6 +89,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     a("--channels-last", action=argparse.BooleanOptionalAction, default=None,
       help="NHWC model and batches (default: on for CUDA, off on CPU)")
     a("--compile", action="store_true", help="torch.compile the model")
+    a("--grad-bucket-view", action=argparse.BooleanOptionalAction, default=True,
+      help="under torchrun: gradients as views into DDP's all-reduce buckets (no copy)")
     a("--out-dir", default=None, help="default: runs/<timestamp> in the repository "
       "(with --resume: the checkpoint's folder)")
     a("--resume", default=None, help="checkpoint.pt to continue from")
@@ -444,8 +446,14 @@ def make_model(args, num_classes: int, ckpt: dict | None, device) -> nn.Module:
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
     model = model.to(device, memory_format=fmt)
     if dist.is_initialized():
+        # Gradients as views into DDP's all-reduce buckets: no copy of each gradient into its
+        # bucket after backward (profiled two-rank ResNet-18 steps spent 18 ms of host time
+        # per 5 steps in its gradient hooks against 2.3 on one GPU, and were host-bound), and
+        # no second copy of the gradients in GPU memory. The views follow each parameter's
+        # strides (the model is channels_last already), so the layout is the one autograd makes.
         model = DistributedDataParallel(model, device_ids=[device.index] if device.index
-                                        is not None else None)
+                                        is not None else None,
+                                        gradient_as_bucket_view=args.grad_bucket_view)
     return model
 
 

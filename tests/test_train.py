@@ -195,6 +195,36 @@ def test_a_failed_run_frees_its_ddp_model_before_leaving_the_group(script, monke
     assert alive_when_left == [False]
 
 
+@pytest.mark.parametrize("view", [True, False])
+def test_ddp_gradients_live_in_its_buckets_unless_asked_not_to(script, tmp_path, view) -> None:
+    """--grad-bucket-view (the default): after backward each gradient is a view into DDP's
+    all-reduce bucket, with the parameter's own (channels_last) strides; --no-grad-bucket-view
+    keeps gradients of their own, which DDP copies into the buckets."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        flags = ["--device", "cpu", "--size", "8", "--channels-last"]
+        args = script.get_args_parser().parse_args(
+            flags + ([] if view else ["--no-grad-bucket-view"]))
+        model = script.make_model(args, 10, None, torch.device("cpu"))
+        images = torch.rand(4, 3, 8, 8).contiguous(memory_format=torch.channels_last)
+        for _ in range(2):  # the training loop's zero_grad(set_to_none=True) in between
+            model.zero_grad(set_to_none=True)
+            model(images).sum().backward()
+        conv = model.module.conv1.weight
+        # No public handle on the buckets: gradients that are views into them share storage.
+        grads = [p.grad for p in model.parameters()]
+        storages = {g.untyped_storage().data_ptr() for g in grads}
+        assert conv.grad.stride() == conv.stride()  # the layout autograd makes
+        if view:
+            assert len(storages) < len(grads)  # gradients share their bucket's storage
+        else:
+            assert len(storages) == len(grads)
+    finally:
+        dist.destroy_process_group()
+
+
 @pytest.mark.parametrize("local_rank", [0, 1])
 def test_pin_cores_gives_each_local_rank_its_own_half(local_rank) -> None:
     """ranks.pin_local_rank_cores in a process of its own: local rank r of 2 keeps the r-th

@@ -274,8 +274,9 @@ ddp() {  # 2-GPU host: why does ResNet-18 lose more per GPU beside a second rank
   # trial), 2 epochs of 60 steps, the second epoch's steady rate, rows interleaved (ROUNDS):
   # the data-on-GPU ceilings; one GPU; two independent one-GPU runs at once, each on its GPU
   # and 16 cores (the host shared, no DDP); two GPUs under DDP; the same with NCCL on
-  # high-priority streams (TORCH_NCCL_HIGH_PRIORITY=1) and with the engines alone (gpu_lanes
-  # "hw", no CUDA helper). After round 1 a timeline of rank 0's steps 40-44, one GPU against
+  # high-priority streams (TORCH_NCCL_HIGH_PRIORITY=1), with the engines alone (gpu_lanes
+  # "hw", no CUDA helper), and with DDP copying gradients into its buckets (train_resnet's
+  # default since 2026-11-26 makes them views: less host work a step). After round 1 a timeline of rank 0's steps 40-44, one GPU against
   # two (train_resnet.py --profile), with the GPU's idle and NCCL time (PROFILE=0: none).
   # ARCH=resnet50 and `ddp photos` change the model and the data.
   local kind=${1:-fixed} archive val work
@@ -314,6 +315,7 @@ print(json.dumps({"row": sys.argv[2], **json.loads(rows[-1])}))' "$work/$g/metri
     row "2 GPUs" $two $train --pin-cores
     row "2 GPUs, TORCH_NCCL_HIGH_PRIORITY=1" env TORCH_NCCL_HIGH_PRIORITY=1 $two $train --pin-cores
     row "2 GPUs, lanes hw" $two $train --pin-cores --gpu-lanes hw
+    row "2 GPUs, gradients copied into the buckets" $two $train --pin-cores --no-grad-bucket-view
     if [ "$round" = 1 ] && [ "${PROFILE:-1}" = 1 ]; then
       $one $train --epochs 1 --profile --profile-at 40 --out-dir "$work/g1" 2>&1 \
         | grep '^steady' | sed "s/^/$kind, 1 GPU, profiled: /"
