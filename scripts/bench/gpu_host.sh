@@ -355,11 +355,16 @@ host() {  # 2-GPU host: what two runs on one host take from each other, without 
         | tail -1; } | sed "s/^/$kind, $2: /"
   }
   for round in $(seq 1 "${ROUNDS:-2}"); do
-    on 0 0-15 la $alone --out "$out/host-loader-alone-r$round.json"; say la "loader alone, CPUs 0-15"
-    on 0 0-7 lh $alone --out "$out/host-loader-half-r$round.json"; say lh "loader alone, CPUs 0-7"
-    on 0 0-15 pa $alone --out "$out/host-loader-pair-a-r$round.json" &
-    on 1 16-31 pb $alone --out "$out/host-loader-pair-b-r$round.json" &
+    on 0 0-15 la $alone --out "$work/la.json"; say la "loader alone, CPUs 0-15"
+    on 0 0-7 lh $alone --out "$work/lh.json"; say lh "loader alone, CPUs 0-7"
+    on 0 0-15 pa $alone --out "$work/pa.json" &
+    on 1 16-31 pb $alone --out "$work/pb.json" &
     wait; say pa "two loaders at once (GPU 0)"; say pb "two loaders at once (GPU 1)"
+    for run in la lh pa pb; do  # one file for all (a call brings back only so many)
+      python3 -c 'import json, sys; row = json.load(open(sys.argv[1]))["loader"][0]
+print(json.dumps({"row": sys.argv[2], "round": int(sys.argv[3]), **row}))' \
+        "$work/$run.json" "$run" "$round" >> "$out/host-loaders-$kind.jsonl"
+    done
     on 0 0-15 ca $train --data-on-gpu --out-dir "$work/ca"; say ca "ceiling alone"
     on 0 0-15 cp $train --data-on-gpu --out-dir "$work/cp" &
     on 1 16-31 cq $train --data-on-gpu --out-dir "$work/cq" &
