@@ -276,8 +276,10 @@ ddp() {  # 2-GPU host: why does ResNet-18 lose more per GPU beside a second rank
   # and 16 cores (the host shared, no DDP); two GPUs under DDP; the same with NCCL on
   # high-priority streams (TORCH_NCCL_HIGH_PRIORITY=1), with the engines alone (gpu_lanes
   # "hw", no CUDA helper), and with DDP copying gradients into its buckets (train_resnet's
-  # default since 2026-11-26 makes them views: less host work a step). After round 1 a timeline of rank 0's steps 40-44, one GPU against
-  # two (train_resnet.py --profile), with the GPU's idle and NCCL time (PROFILE=0: none).
+  # default since 2026-11-26 makes them views: less host work a step). After round 1 a
+  # timeline of rank 0's steps 40-44, one GPU against two (train_resnet.py --profile), with
+  # the GPU's idle and NCCL time and the steps' host time (PROFILE=0: none); the profiled
+  # runs' own rates include the trace's export.
   # ARCH=resnet50 and `ddp photos` change the model and the data.
   local kind=${1:-fixed} archive val work
   archive="$data/$kind-32000.tgz" val="$data/val-1000.tgz" work=$(mktemp -d)
@@ -323,8 +325,8 @@ print(json.dumps({"row": sys.argv[2], **json.loads(rows[-1])}))' "$work/$g/metri
         | grep '^steady' | sed "s/^/$kind, 2 GPUs, profiled: /"
       python3 $here/plot_timeline.py "$work/g1/trace.json" --compare "$work/g2/trace.json" \
         --top 8 --host 8 --labels "1 GPU" "2 GPUs (rank 0)" --out "$out/ddp-timeline-$kind.png" \
-        --title "${ARCH:-resnet18} steps 40-44, the loader feeding ($kind)" 2>&1 \
-        > "$out/ddp-timeline-$kind.log"  # (not tee | head: head's exit would end it)
+        --title "${ARCH:-resnet18} steps 40-44, the loader feeding ($kind)" \
+        > "$out/ddp-timeline-$kind.log" 2>&1  # (not tee | head: head's exit would end it)
       head -3 "$out/ddp-timeline-$kind.log"
       for g in g1 g2; do gzip -c "$work/$g/trace.json" > "$out/trace-$kind-$g.json.gz"; done
     fi
