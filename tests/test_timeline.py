@@ -135,11 +135,16 @@ def test_host_summary_gives_each_traced_step_and_the_heaviest_cpu_ops(timeline) 
         op("DistributedDataParallel.forward", 100.0, 12_000.0, "user_annotation"),
         op("aten::conv2d", 200.0, 1_000.0), op("aten::conv2d", 30_200.0, 1_500.0),
         op("aten::relu_", 1_300.0, 100.0),
+        op("cudaEventSynchronize", 400.0, 50.0, "cuda_runtime"),
+        op("cudaEventSynchronize", 900.0, 150.0, "cuda_runtime"),
+        op("cudaLaunchKernel", 500.0, 5.0, "cuda_runtime"),
         {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 0.0, "dur": 9e9}]}
     summary = timeline.host_summary(trace, 2)
     assert summary["steps_ms"] == [("ProfilerStep#40", 30.0), ("ProfilerStep#41", 25.0)]
     assert summary["top_ops"] == [("DistributedDataParallel.forward", 12.0, 1),
                                   ("aten::conv2d", 2.5, 2)]
+    assert summary["runtime_calls"] == [("cudaEventSynchronize", 0.2, 2),
+                                        ("cudaLaunchKernel", 0.005, 1)]
     text = timeline.format_host_summary(summary)
     assert "steps (ms) 40: 30.0, 41: 25.0" in text and "2.50 ms     2x  aten::conv2d" in text
 

@@ -333,9 +333,10 @@ def format_top_kernels(events: list[GpuEvent], n: int) -> str:
 
 
 def host_summary(trace: dict | list, n: int) -> dict:
-    """The host side of the traced steps: each ProfilerStep's length (ms, in order) and the n
-    CPU ops with the most time in all (inclusive: an op's time holds its children's), as
-    (name, total ms, count). Under DDP its forward and gradient hooks show here."""
+    """The host side of the traced steps: each ProfilerStep's length (ms, in order), the n CPU
+    ops with the most time in all (inclusive: an op's time holds its children's) and the n
+    most frequent CUDA runtime calls, as (name, total ms, count). Under DDP its forward and
+    gradient hooks show here; a decoder's per-image calls show in the runtime calls."""
     raw = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
     ops = [e for e in raw if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation")]
     steps = sorted((e for e in ops if str(e.get("name", "")).startswith("ProfilerStep#")),
@@ -345,8 +346,15 @@ def host_summary(trace: dict | list, n: int) -> dict:
         if not str(e.get("name", "")).startswith("ProfilerStep#"):
             totals[e["name"]] += float(e.get("dur", 0)) / 1e3
             counts[e["name"]] += 1
+    calls, call_ms = Counter(), Counter()  # CUDA runtime calls, any thread (the decoders')
+    for e in raw:
+        if e.get("ph") == "X" and e.get("cat") == "cuda_runtime":
+            calls[e["name"]] += 1
+            call_ms[e["name"]] += float(e.get("dur", 0)) / 1e3
     return {"steps_ms": [(e["name"], float(e["dur"]) / 1e3) for e in steps],
-            "top_ops": [(name, ms, counts[name]) for name, ms in totals.most_common(n)]}
+            "top_ops": [(name, ms, counts[name]) for name, ms in totals.most_common(n)],
+            "runtime_calls": [(name, call_ms[name], count)
+                              for name, count in calls.most_common(n)]}
 
 
 def format_host_summary(summary: dict) -> str:
@@ -354,6 +362,9 @@ def format_host_summary(summary: dict) -> str:
     lines = [f"  host: steps (ms) {steps or 'none traced'}"]
     lines += [f"    {ms:8.2f} ms {count:5d}x  {name[:90]}" for name, ms, count in
               summary["top_ops"]]
+    lines.append("  host: CUDA runtime calls, most first")
+    lines += [f"    {ms:8.2f} ms {count:5d}x  {name[:90]}" for name, ms, count in
+              summary["runtime_calls"]]
     return "\n".join(lines)
 
 
