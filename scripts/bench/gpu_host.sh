@@ -71,6 +71,19 @@ ensure_archive() {  # make_imagenet_like.py ARGS... --out PATH, unless PATH is t
   [ -f "$path" ] || python3 $here/make_imagenet_like.py "$@" --out "$path" | tail -1
 }
 
+on() {  # GPU CPUS NAME COMMAND...: python3 COMMAND on that GPU and those CPUs, its output in
+  # $work/NAME.log (`work`: the calling part's folder)
+  local gpu=$1 cpus=$2 name=$3; shift 3
+  CUDA_VISIBLE_DEVICES=$gpu taskset -c "$cpus" python3 "$@" > "$work/$name.log" 2>&1
+}
+
+labelled() {  # METRICS LABEL [ROUND]: the last line of a run's metrics.jsonl with "row" (and
+  # "round") added, so that the runs of one part gather in one file
+  python3 -c 'import json, sys; last = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+tags = {"row": sys.argv[2], **({"round": int(sys.argv[3])} if len(sys.argv) > 3 else {})}
+print(json.dumps({**tags, **last}))' "$@"
+}
+
 tests() {
   # A test blocked in native code with the GIL held never sees pytest-timeout's signal (a CUDA
   # test hung so on the 2 x H100 host), and its thread method needs the GIL too: faulthandler
@@ -293,20 +306,16 @@ ddp() {  # 2-GPU host: why does ResNet-18 lose more per GPU beside a second rank
     local label=$1; shift
     rm -rf "$work/r"
     "$@" --out-dir "$work/r" 2>&1 | grep '^steady' | tail -1 | sed "s/^/$kind, $label: /"
-    python3 -c 'import json, sys; rows = open(sys.argv[1]).read().splitlines()
-print(json.dumps({"row": sys.argv[2], **json.loads(rows[-1])}))' "$work/r/metrics.jsonl" \
-      "$label" >> "$out/ddp-$kind.jsonl"
+    labelled "$work/r/metrics.jsonl" "$label" >> "$out/ddp-$kind.jsonl"
   }
   pair() {  # two independent one-GPU runs at once, each on its own GPU and 16 cores
     rm -rf "$work/a" "$work/b"
-    CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 python3 $train --out-dir "$work/a" > "$work/a.log" 2>&1 &
-    CUDA_VISIBLE_DEVICES=1 taskset -c 16-31 python3 $train --out-dir "$work/b" > "$work/b.log" 2>&1 &
+    on 0 0-15 a $train --out-dir "$work/a" &
+    on 1 16-31 b $train --out-dir "$work/b" &
     wait
     for g in a b; do
       grep '^steady' "$work/$g.log" | tail -1 | sed "s/^/$kind, two 1-GPU runs at once ($g): /"
-      python3 -c 'import json, sys; rows = open(sys.argv[1]).read().splitlines()
-print(json.dumps({"row": sys.argv[2], **json.loads(rows[-1])}))' "$work/$g/metrics.jsonl" \
-        "pair-$g" >> "$out/ddp-$kind.jsonl"
+      labelled "$work/$g/metrics.jsonl" "pair-$g" >> "$out/ddp-$kind.jsonl"
     done
   }
   row "ceiling, 1 GPU" $one $train --data-on-gpu
@@ -348,10 +357,6 @@ host() {  # 2-GPU host: what two runs on one host take from each other, without 
     --decode cuda --warmup 100 --steps 1000 --max-seconds 8"
   local train="scripts/train_resnet.py --data $archive --val $val --size 224 --batch-size 256
     --epochs 2 --max-steps 60 --workers 15 --print-every 0 --decode cuda --arch resnet18"
-  on() {  # GPU CPUS NAME COMMAND...: one run, its log in $work/NAME.log
-    local gpu=$1 cpus=$2 name=$3; shift 3
-    CUDA_VISIBLE_DEVICES=$gpu taskset -c "$cpus" python3 "$@" > "$work/$name.log" 2>&1
-  }
   say() {  # NAME LABEL: the run's rate line
     { grep -h '^steady' "$work/$1.log" | tail -1; grep -h 'loader alone' "$work/$1.log" \
         | tail -1; } | sed "s/^/$kind, $2: /"
@@ -377,9 +382,7 @@ print(json.dumps({"row": sys.argv[2], "round": int(sys.argv[3]), **row}))' \
     on 1 16-31 tq $train --out-dir "$work/tq" &
     wait; say tp "two fed at once (GPU 0)"; say tq "two fed at once (GPU 1)"
     for run in ca cp cq ta th tp tq; do
-      python3 -c 'import json, sys; rows = open(sys.argv[1]).read().splitlines()
-print(json.dumps({"row": sys.argv[2], "round": int(sys.argv[3]), **json.loads(rows[-1])}))' \
-        "$work/$run/metrics.jsonl" "$run" "$round" >> "$out/host-$kind.jsonl"
+      labelled "$work/$run/metrics.jsonl" "$run" "$round" >> "$out/host-$kind.jsonl"
       rm -rf "${work:?}/$run"
     done
   done
@@ -401,11 +404,10 @@ beside() {  # 2-GPU host: which neighbour slows ResNet-18 fed by the loader on G
       taskset -c 0-15 python3 $train --epochs 2 --out-dir "$work/f" 2>&1 \
       | awk '/^steady/ {last = $0} /^interrupts/ {print} END {print last}' \
       | sed "s/^/fed on GPU 0, $1: /"; rm -rf "$work/f"; }
-  on1() { CUDA_VISIBLE_DEVICES=1 taskset -c 16-31 python3 "$@" > "$work/n.log" 2>&1; }
   fed "alone"
-  on1 $train --epochs 8 --data-on-gpu --out-dir "$work/n" & fed "beside ResNet-18 with its data on GPU 1"
+  on 1 16-31 n $train --epochs 8 --data-on-gpu --out-dir "$work/n" & fed "beside ResNet-18 with its data on GPU 1"
   wait; grep -h '^steady' "$work/n.log" | tail -1 | sed 's/^/  neighbour: /'
-  on1 $here/bench.py --archive $archive --shards 0 --models resnet18 --recipes loader --decode cuda \
+  on 1 16-31 n $here/bench.py --archive $archive --shards 0 --models resnet18 --recipes loader --decode cuda \
     --warmup 100 --steps 5000 --max-seconds 20 & fed "beside the loader alone on GPU 1"
   wait; grep -h 'loader alone' "$work/n.log" | cut -c1-120 | sed 's/^/  neighbour: /'
   fed "alone, again"
