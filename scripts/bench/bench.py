@@ -15,12 +15,14 @@ Results go to a JSON file with device, cores and versions, and optionally a PNG 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import dataclasses
 import importlib.util
 import io
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -88,6 +90,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="bench-out/results.json")
     p.add_argument("--plot", default=None, help="PNG chart path (needs matplotlib)")
     p.add_argument("--trace", default=None, help="write a profiler trace of ours here")
+    p.add_argument("--spy", default=None,
+                   help="folder: py-spy's raw stacks of each loader-alone row's timed window "
+                        "(this process and its children; py-spy on PATH), for "
+                        "summarize_stacks.py")
     return p
 
 
@@ -341,12 +347,15 @@ def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = N
         for _ in range(args.warmup):
             next(it)
         torch.cuda.synchronize()
+        window = min(args.max_seconds, 20)
+        spy = spy_on_this_process(args.spy, window, f"loader-{decode}-{lanes}-{large}")
         cpu0, t0, n = cpu_seconds(), time.perf_counter(), 0
-        while time.perf_counter() - t0 < min(args.max_seconds, 20):
+        while time.perf_counter() - t0 < window:
             images, labels = next(it)
             n += len(labels)
         torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
+        end_spy(spy)
         rate = n / seconds
         cores = [round((b - a) / seconds, 1) for a, b in zip(cpu0, cpu_seconds())]
         memory = {k: round(v - before.get(k, 0), 2) for k, v in memory_in_use().items()}
@@ -363,6 +372,38 @@ def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = N
             "cores_this_process": cores[0], "cores_all": cores[1], "fallbacks": fallbacks,
             "workers": workers, "readers": readers, "regions": regions,
             "first_batch_s": first_batch_s, "decoder": decoder, "memory_gb": memory}
+
+
+def spy_on_this_process(folder: str | None, seconds: float, tag: str):
+    """py-spy sampling this process and its children for the coming `seconds` (None: no
+    folder given). py-spy runs as our child; where the kernel's Yama module lets only
+    ancestors trace a process (ptrace_scope 1), we first let any process of ours trace us
+    (PR_SET_PTRACER_ANY; without Yama the call fails and nothing needs it)."""
+    if folder is None:
+        return None
+    os.makedirs(folder, exist_ok=True)
+    ctypes.CDLL(None, use_errno=True).prctl(0x59616D61, ctypes.c_ulong(2**64 - 1), 0, 0, 0)
+    path = os.path.join(folder, "stacks-" + "".join(c if c.isalnum() else "_" for c in tag)
+                        + ".txt")
+    spy = subprocess.Popen(
+        [shutil.which("py-spy") or "py-spy", "record", "--pid", str(os.getpid()),
+         "--subprocesses", "--threads", "--idle", "--nonblocking", "--rate", "50",
+         "--duration", str(max(1, int(seconds) - 1)), "--format", "raw", "-o", path],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)  # it finds the processes and their threads before the window starts
+    return spy
+
+
+def end_spy(spy) -> None:
+    if spy is None:
+        return
+    try:
+        _, err = spy.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        spy.kill()
+        _, err = spy.communicate()
+    print("py-spy: " + " | ".join(line for line in err.splitlines()[-3:] if line.strip()),
+          flush=True)
 
 
 def steady_rate(batches, warmup: int, seconds: float) -> float:

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Everything the GPU host must show, in parts that each fit one device call (run from the
 # repository root):
-#   bash scripts/bench/gpu_host.sh OUT_DIR tests     # the whole suite, CUDA tests included, ~4 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR tests     # the whole suite, CUDA tests included, 8-11 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR tests tests/test_[a-l]*.py  # a part of it (pytest
+#                                                    # arguments): two calls where one is too short
 #   bash scripts/bench/gpu_host.sh OUT_DIR bench     # both data sets, loader and training, ~6 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR overlap   # what overlaps: trace, copies, demos, ~3 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR ranks fixed   # 2-GPU host: exactly once, resume,
@@ -23,6 +25,10 @@
 #                                                    # other without DDP; shared cores, ~8 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR beside    # 2-GPU host: which neighbour slows a
 #                                                    # fed ResNet-18: a model or a loader? ~3 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR spy [fixed|photos]  # where the loader's threads and
+#                                                    # processes spend their time (py-spy), ~2 min
+#   BASE=.cache/base bash scripts/bench/gpu_host.sh OUT_DIR versus [fixed|photos]  # the loader
+#                                 # alone from this tree and another, interleaved, ~1 min a row
 # bench builds two 32,000-image archives (ImageNet-like 500x375, and varied photos with a
 # tail of large ones: make_imagenet_like.py --sizes), measures the inflate rate per core and
 # the plain copy (bench_inflate.py), then on each archive: the loader alone (its first epoch and
@@ -89,7 +95,7 @@ tests() {
   # test hung so on the 2 x H100 host), and its thread method needs the GIL too: faulthandler
   # dumps every stack from C after 200 s in one test and ends the run.
   python3 -m pytest -q -rs -p no:cacheprovider --timeout 150 -o faulthandler_timeout=200 \
-    -o faulthandler_exit_on_timeout=true 2>&1 | grep --line-buffered -v "$quiet" | tee "$out/pytest.log" | tail -30
+    -o faulthandler_exit_on_timeout=true "$@" 2>&1 | grep --line-buffered -v "$quiet" | tee "$out/pytest.log" | tail -30
 }
 
 bench() {
@@ -413,14 +419,56 @@ beside() {  # 2-GPU host: which neighbour slows ResNet-18 fed by the loader on G
   fed "alone, again"
 }
 
+spy() {  # KIND: the loader alone, once as is and once with py-spy (its wheel in .whl/) over
+  # its timed window (bench.py --spy), whose stacks summarize_stacks.py sums per process and
+  # thread. LANES: --gpu-lanes values, one pair of runs each.
+  local kind=$1 archive="$data/$1-16000.tgz" lanes work
+  work=$(mktemp -d)
+  ensure_archive "$archive" --sizes "$kind" --images 16000
+  echo "ptrace_scope: $(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null || echo 'no Yama')"
+  for lanes in ${LANES:-auto}; do
+    local tag="$kind-${lanes//[^a-z0-9]/_}"
+    local loader="$here/bench.py --archive $archive --shards 0 --models= --recipes loader
+      --decode cuda --gpu-lanes $lanes --warmup 100 --steps 100000 --max-seconds ${SPY_SECONDS:-15}"
+    python3 $loader --out "$work/$tag-plain.json" 2>&1 | grep -a 'loader alone' | head -1 \
+      | sed 's/^/as is: /'
+    PATH="$PWD/.cache/site/bin:$PATH" python3 $loader --spy "$work/$tag" \
+      --out "$work/$tag.json" 2>&1 | grep -a 'loader alone\|py-spy' | head -2 | sed 's/^/spied: /'
+    python3 $here/summarize_stacks.py "$work/$tag"/stacks-*.txt --top 8 > "$out/spy-$tag.log" \
+      && cat "$out/spy-$tag.log" && gzip -c "$work/$tag"/stacks-*.txt > "$out/stacks-$tag.txt.gz"
+  done
+}
+
+versus() {  # KIND: the loader alone from this tree and from $BASE (another commit's
+  # imageloader/ and scripts/bench/, e.g. `git archive HEAD~1 imageloader scripts/bench |
+  # tar -x -C .cache/base`, carried), interleaved, ROUNDS times (2), each --gpu-lanes of LANES.
+  local kind=$1 archive="$data/$1-16000.tgz" round tree lanes work
+  work=$(mktemp -d)
+  [ -d "${BASE:-}/imageloader" ] || { echo "versus: BASE must hold another tree"; return 2; }
+  ensure_archive "$archive" --sizes "$kind" --images 16000
+  for round in $(seq "${ROUNDS:-2}"); do
+    for tree in "$BASE" .; do
+      for lanes in ${LANES:-auto}; do
+        python3 "$tree/$here/bench.py" --archive "$archive" --shards 0 --models= --recipes loader \
+          --decode cuda --gpu-lanes "$lanes" --warmup 100 --steps 100000 \
+          --max-seconds "${WINDOW:-10}" --out "$work/x.json" 2>&1 | grep -a 'loader alone' \
+          | head -1 | sed "s|^|$kind round $round, $([ "$tree" = . ] && echo this || echo base): |"
+      done
+    done
+  done
+}
+
 case "$part" in
   none) ;;  # the wheels of .whl/ installed, nothing run (a first call before others)
-  tests|bench|overlap|remote|decoders|trial|threads|packers|share) "$part" ;;
+  tests) shift 2; tests "$@" ;;
+  bench|overlap|remote|decoders|trial|threads|packers|share) "$part" ;;
   ddp) ddp "${3:-fixed}" 2>&1 | tee "$out/ddp-${3:-fixed}.log" ;;
   host) host "${3:-fixed}" 2>&1 | tee "$out/host-${3:-fixed}.log" ;;
   beside) beside 2>&1 | tee "$out/beside.log" ;;
+  spy) spy "${3:-fixed}" ;;
+  versus) versus "${3:-fixed}" 2>&1 | tee "$out/versus-${3:-fixed}.log" ;;
   dali) dali "${3:-photos}" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
-  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp or none" >&2; exit 2 ;;
+  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, host, beside, spy, versus or none" >&2; exit 2 ;;
 esac
