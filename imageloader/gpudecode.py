@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -25,7 +24,7 @@ from torchvision.ops import roi_align
 from . import gpucrop
 from .batch import FALLBACK
 from .decode import Decoder, center_crop_geometry
-from .gpujpeg import JpegDecoder, decode_parsed
+from .gpujpeg import JpegDecoder
 from .errors import SampleError
 from .prefetch import small_to_device
 
@@ -45,20 +44,10 @@ def choose_crop(crop: str, device: torch.device) -> str:
 
 class Packed:
     """A packed host batch on its way to the GPU. Deliberately not a tensor container, so the
-    prefetcher hands it to `GpuDecode` as is (nvJPEG reads the bytes from host memory).
-    `ahead`: what `GpuDecode.prepare` did for it before a lane took it (None: nothing)."""
+    prefetcher hands it to `GpuDecode` as is (nvJPEG reads the bytes from host memory)."""
 
-    def __init__(self, buf, ahead: "Ahead | None" = None):
-        self.buf, self.ahead = buf, ahead
-
-
-class Ahead(NamedTuple):
-    """A batch's host-side decoding work done ahead: its JPEGs' slots, their bytes (views
-    into the batch's arena) and, for decoders that parse ahead, their parsed headers."""
-
-    slots: list[int]
-    datas: list[np.ndarray]
-    parsed: list | None
+    def __init__(self, buf):
+        self.buf = buf
 
 
 class GpuDecode:
@@ -78,30 +67,12 @@ class GpuDecode:
         # Reported like the workers' counts: skip reasons as they are, the rest under FALLBACK.
         self.counts: Counter = Counter()
 
-    def prepare(self, buf) -> Packed:
-        """A filled buffer as a lane's input, with what can be done before a lane takes it:
-        the loader calls this in the prefetcher's collecting thread, which otherwise waits
-        for room, so the next batch's JPEG headers are parsed while a lane decodes this one
-        (its decode call releases the GIL). Any lane may take it: all lanes decode with the
-        same library, whose parsed headers serve each of its decoders."""
-        arrays = buf.arrays
-        slots = np.flatnonzero(arrays.lengths[:buf.count] > 0).tolist()
-        datas = self._datas(arrays, slots)
-        parse = getattr(self.jpeg, "parse", None)
-        try:
-            parsed = parse(datas) if parse and datas else None
-        except Exception as error:  # the lane parses them again, and reports what fails
-            log.info("parsing a batch's JPEG headers ahead failed: %s", error)
-            parsed = None
-        return Packed(buf, Ahead(slots, datas, parsed))
-
     def __call__(self, packed: Packed):
         buf = packed.buf
         n, arrays = buf.count, buf.arrays
         self._wait_for_last_batch()
         out = torch.empty((n, *self.cpu.out_shape), dtype=torch.uint8, device=self.device)
-        keep = self._copy_cpu_decoded(buf, out) + self._decode_packed(arrays, out, n,
-                                                                      packed.ahead)
+        keep = self._copy_cpu_decoded(buf, out) + self._decode_packed(arrays, out, n)
         self._mark_batch_done()
         labels = buf.labels[:n].to(self.device, non_blocking=True)
         if len(keep) < n:  # images neither nvJPEG nor Pillow could decode: drop, counted
@@ -134,19 +105,14 @@ class GpuDecode:
             out[slot].copy_(buf.images[slot], non_blocking=True)
         return slots
 
-    @staticmethod
-    def _datas(arrays, slots: list[int]) -> list[np.ndarray]:
-        arena, offsets, lengths = arrays.arena, arrays.offsets, arrays.lengths
-        return [arena[int(offsets[s]):int(offsets[s] + lengths[s])] for s in slots]
-
-    def _decode_packed(self, arrays, out, n, ahead: Ahead | None = None) -> list[int]:
-        if ahead is None:
-            slots = np.flatnonzero(arrays.lengths[:n] > 0).tolist()
-            ahead = Ahead(slots, self._datas(arrays, slots), None)
-        slots, datas = ahead.slots, ahead.datas
+    def _decode_packed(self, arrays, out, n) -> list[int]:
+        slots = np.flatnonzero(arrays.lengths[:n] > 0).tolist()
         if not slots:
             return []
-        images = self._decode_all(datas, slots, arrays, ahead.parsed)
+        arena = arrays.arena
+        datas = [arena[int(arrays.offsets[s]):int(arrays.offsets[s] + arrays.lengths[s])]
+                 for s in slots]
+        images = self._decode_all(datas, slots, arrays)
         kept, to_crop = [], []
         for slot, image in zip(slots, images):
             if image is None:
@@ -162,9 +128,9 @@ class GpuDecode:
         self.counts[FALLBACK + "gpu_decoded"] += len(kept) - sum(isinstance(i, np.ndarray) for i in images)
         return kept
 
-    def _decode_all(self, datas, slots, arrays, parsed=None) -> list:
+    def _decode_all(self, datas, slots, arrays) -> list:
         try:
-            images = decode_parsed(self.jpeg, datas, parsed)
+            images = self.jpeg.decode(datas)
         except RuntimeError as error:  # the batch call fails as a whole: find the culprits
             log.info("batched GPU decode failed (%s); decoding one by one", error)
             images = [None] * len(datas)

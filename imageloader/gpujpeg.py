@@ -80,9 +80,7 @@ _NVJPEG_WHEEL_LIBS = ("nvidia/cu13/lib/libnvjpeg.so.13", "nvidia/nvjpeg/lib/libn
 class JpegDecoder(Protocol):
     """decode(datas) -> one (C, H, W) uint8 image per JPEG on the current stream, or None
     where that JPEG could not be decoded; raises RuntimeError when the whole call failed.
-    `stream_ordered`: whether it writes its outputs in the current stream's order.
-    nvImageCodec's decoders also have `parse(datas)`: the headers parsed ahead, in another
-    thread, and passed to decode(datas, parsed) (see NvImageCodecJpeg.parse)."""
+    `stream_ordered`: whether it writes its outputs in the current stream's order."""
 
     name: str
     stream_ordered: bool
@@ -180,16 +178,8 @@ class NvImageCodecJpeg:
             device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY if on_cpu else self.device.index or 0,
             max_num_cpu_threads=threads or 0, backends=backends, options=options)
 
-    def parse(self, datas: list[np.ndarray]) -> list:
-        """Each JPEG's code stream, its header parsed (None where it cannot be): what decode
-        would do first, done ahead by the thread that collects batches (GpuDecode.prepare).
-        On ImageNet-like images it was 14% of the decoding thread's time, the decode call
-        ~60% (py-spy, results/2026-11-26-h200-spy); that call releases the GIL, so the
-        next batch's headers are parsed while this one decodes."""
-        return [self._code_stream(d) for d in datas]
-
-    def decode(self, datas: list[np.ndarray], parsed: list | None = None) -> list:
-        streams = parsed if parsed is not None else self.parse(datas)
+    def decode(self, datas: list[np.ndarray]) -> list:
+        streams = [self._code_stream(d) for d in datas]
         order = sorted(range(len(streams)), key=lambda i: -_pixels(streams[i]))
         todo = [streams[i] for i in order if streams[i] is not None]
         images = self._decode(todo) if todo else []
@@ -276,27 +266,20 @@ class SplitJpeg:
         """The helper's share over the last batches (up to 1,000)."""
         return float(np.mean(self.shares)) if self.shares else self.share
 
-    def parse(self, datas: list[np.ndarray]) -> list | None:
-        parse = getattr(self.first, "parse", None)  # code streams serve either decoder
-        return parse(datas) if parse else None
-
-    def decode(self, datas: list[np.ndarray], parsed: list | None = None) -> list:
+    def decode(self, datas: list[np.ndarray]) -> list:
         n = len(datas)
         sizes = [len(data) for data in datas]
-        pick = (lambda part: [parsed[i] for i in part]) if parsed is not None \
-            else (lambda part: None)
         # By bytes (no header parsed here), the helper's end of the batch first: its share
         # is the first `count` of this order, the first decoder's the rest.
         order = sorted(range(n), key=sizes.__getitem__, reverse=self.helper_takes_largest)
         count = self._helper_count(sizes)
         theirs, mine = order[:count], order[count:]
-        helped = self._pool.submit(self._help, [datas[i] for i in theirs], pick(theirs),
+        helped = self._pool.submit(self._help, [datas[i] for i in theirs],
                                    self._mark()) if theirs else None
         started = time.perf_counter()
         out: list = [None] * n
         try:
-            for i, image in zip(mine, decode_parsed(self.first, [datas[i] for i in mine],
-                                                    pick(mine))):
+            for i, image in zip(mine, self.first.decode([datas[i] for i in mine])):
                 out[i] = image
         finally:  # the helper's images are waited for even when ours failed
             first_s = time.perf_counter() - started
@@ -356,16 +339,14 @@ class SplitJpeg:
         event.record(torch.cuda.current_stream(self.device))
         return event
 
-    def _help(self, datas: list[np.ndarray], parsed: list | None,
-              after) -> tuple[list, float, object]:
+    def _help(self, datas: list[np.ndarray], after) -> tuple[list, float, object]:
         if self._side is None:
             started = time.perf_counter()
-            images = decode_parsed(self.helper, datas, parsed)
-            return images, time.perf_counter() - started, None
+            return self.helper.decode(datas), time.perf_counter() - started, None
         with torch.cuda.stream(self._side):
             self._side.wait_event(after)
             started = time.perf_counter()
-            images = decode_parsed(self.helper, datas, parsed)
+            images = self.helper.decode(datas)
             seconds = time.perf_counter() - started
             done = torch.cuda.Event()
             done.record(self._side)
@@ -381,11 +362,6 @@ class SplitJpeg:
         first_rate, helper_rate = mine / first_s, theirs / helper_s
         target = helper_rate / (first_rate + helper_rate)
         self.share = min(0.6, max(0.02, 0.7 * self.share + 0.3 * target))
-
-
-def decode_parsed(decoder: JpegDecoder, datas: list[np.ndarray], parsed: list | None) -> list:
-    """decoder.decode(datas), with their headers as parsed ahead where there are some."""
-    return decoder.decode(datas) if parsed is None else decoder.decode(datas, parsed)
 
 
 def _pixels(stream) -> int:

@@ -34,7 +34,7 @@ from .cache import PlainCopy, plain_copies
 from .decode import ALLOWED_FORMATS, Augment, Decoder, JpegPacker
 from .epoch import EpochIterator, GpuStep, OnDevice, host_piece
 from .errors import Limits, check_policy
-from .gpudecode import GpuDecode
+from .gpudecode import GpuDecode, Packed
 from .gpujpeg import available as gpu_jpeg_decoders, check_lanes, lanes as gpu_lanes
 from .index import file_stamp
 from .plan import Plan, Position, Settings, check_resume, cores, make_plan
@@ -325,8 +325,7 @@ class ImageLoader:
                                          readers=plan.readers if self.workers else 0,
                                          regions=sum(isinstance(p, Region) for p in plan.parts))
         steps = plan.steps(epoch) if self.world_size > 1 else None
-        # GPU decoding: the collecting thread parses each batch's headers ahead (prepare).
-        wrap = self._gpu[0].prepare if self._gpu is not None else host_piece
+        wrap = Packed if self._gpu is not None else host_piece
         return runtime.begin(lambda rt: EpochIterator(
             rt, epoch, resume, stats, batch_size=self.batch_size, drop_last=self.drop_last,
             steps=steps, wrap=wrap, share=self.cpu_share, sources=self.sources), epoch)
