@@ -347,47 +347,58 @@ def test_probe_gpu_share_graphed_step_trains_as_the_eager_one(monkeypatch):
 MAIN = 'process 100:"python3 bench.py --x a;b"'  # a command line may hold ';'
 CHILD = 'process 100:"python3 bench.py --x a;b";process {pid}:"python3 -c from m import f;f()"'
 RAW_STACKS = "\n".join([
-    # the profiled process: a lane thread, named on some samples only
+    # the profiled process: a lane thread (its id named on one line only, py-spy's way)...
     f"{MAIN};thread (7): imageloader-prefetch;run (threading.py:1);_submit_all (prefetch.py:9);"
     "decode (gpujpeg.py:5) 6",
     f"{MAIN};thread (7);run (threading.py:1);_submit_all (prefetch.py:9);get (queue.py:3);"
     "wait (threading.py:2) 3",
     f"{MAIN};thread (7);run (threading.py:1);_submit_all (prefetch.py:9);decode (gpujpeg.py:5);"
     "take_gil (libpython3.12.so.1.0);pthread_cond_timedwait (libc.so.6) 1",
+    # ...and the collecting thread of a later epoch under the same id, still named as the lane
+    f"{MAIN};thread (7): imageloader-prefetch;run (threading.py:1);_collect_all (prefetch.py:2);"
+    "_put_unless (prefetch.py:3);put (queue.py:4);wait (threading.py:2) 5",
     f"{MAIN};thread (1): MainThread;<module> (bench.py:1);_next_job (prefetch.py:4);"
     "decode (gpujpeg.py:5);nvimgcodecDecoderDecode (libnvimgcodec.so.0) 4",
-    # two reader processes, each a main thread and a numbered helper thread
-    CHILD.format(pid=201) + ";thread (11): MainThread;reader_main (workers.py:1);"
-    "put (workers.py:2) 8",
-    CHILD.format(pid=201) + ";thread (12): feeder-0;_feed (queues.py:1);wait (threading.py:2) 2",
-    CHILD.format(pid=202) + ";thread (13): MainThread;reader_main (workers.py:1);"
-    "get (queues.py:3);select (selectors.py:4) 8",
-    CHILD.format(pid=202) + ";thread (14): feeder-1;0x7f00 (libc.so.6) 2",
+    # two reader processes, each its main thread and a feeder thread
+    CHILD.format(pid=201) + ";thread (11): MainThread;<module> (<string>:1);"
+    "spawn_main (spawn.py:1);reader_main (workers.py:1);put (workers.py:2) 8",
+    CHILD.format(pid=201) + ";thread (12): feeder;run (threading.py:1);_feed (queues.py:1);"
+    "wait (threading.py:2) 2",
+    CHILD.format(pid=202) + ";thread (13): MainThread;<module> (<string>:1);"
+    "spawn_main (spawn.py:1);reader_main (workers.py:1);get (queues.py:3);"
+    "select (selectors.py:4) 8",
+    CHILD.format(pid=202) + ";thread (14): feeder;run (threading.py:1);_feed (queues.py:1);"
+    "0x7f00 (libc.so.6) 2",
+    # a stack caught half-built (--nonblocking): a row of its own, too small to be shown
+    f"{MAIN};thread (9);_read (read.py:1) 1",
     "not a stack line",
 ])
 
 
 def test_summarize_stacks_splits_each_threads_samples_by_state(monkeypatch):
-    """summarize_stacks on py-spy raw lines: the profiled process's threads by name (a
-    thread named on some samples only counts as one), children grouped by their first
-    imageloader function, numbered thread names merged; a sample is waiting in a lock or
-    queue, for the GIL, in a native library, or in Python."""
+    """summarize_stacks on py-spy raw lines: threads by the function they run, not by the
+    name py-spy kept for their id (threads made each epoch reuse ids); children grouped by
+    their main function; a sample is waiting in a lock or queue, for the GIL, in a native
+    library, or in Python."""
     summarize = load_script("summarize_stacks", monkeypatch)
     rows = {(r["process"], r["thread"]): r for r in summarize.summarize(
         RAW_STACKS.splitlines(), top=3)}
-    lane = rows["main", "imageloader-prefetch"]
+    lane = rows["main", "_submit_all (prefetch.py)"]
     assert lane["samples"] == 10 and lane["processes"] == 1
     assert lane["states"] == {"python": 0.6, "wait": 0.3, "gil": 0.1}
     # a wait names the code that waited and, after ">", the function it waited in
     assert lane["doing"][1] == {"state": "wait", "in": "_submit_all (prefetch.py) > "
                                 "wait (threading.py)", "share": 0.3}
-    assert rows["main", "MainThread"]["states"] == {"native libnvimgcodec": 1.0}
-    readers = rows["reader_main", "MainThread"]
+    collect = rows["main", "_collect_all (prefetch.py)"]
+    assert collect["samples"] == 5 and collect["states"] == {"wait": 1.0}
+    assert rows["main", "<module> (bench.py)"]["states"] == {"native libnvimgcodec": 1.0}
+    readers = rows["reader_main", "reader_main (workers.py)"]
     assert readers["processes"] == 2 and readers["samples"] == 16
     assert readers["states"] == {"python": 0.5, "wait": 0.5}
-    feeders = rows["reader_main", "feeder-N"]
+    feeders = rows["reader_main", "_feed (queues.py)"]
     assert feeders["samples"] == 4 and feeders["states"] == {"wait": 1.0}
-    assert list(rows)[:2] == [("main", "imageloader-prefetch"), ("main", "MainThread")]
-    text = summarize.format_rows(list(rows.values()))
-    assert "reader_main x2 / MainThread: 16 samples: python 50%, wait 50%" in text
+    assert list(rows)[0] == ("main", "_submit_all (prefetch.py)")
+    text = summarize.format_rows(list(rows.values()), min_share=0.2)
+    assert "reader_main x2 / reader_main (workers.py): 16 samples: python 50%, wait 50%" in text
     assert "60% python             in decode (gpujpeg.py)" in text
+    assert "_read (read.py)" not in text and "(1 rows of 1 samples in all not shown" in text

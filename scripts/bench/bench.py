@@ -90,6 +90,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="bench-out/results.json")
     p.add_argument("--plot", default=None, help="PNG chart path (needs matplotlib)")
     p.add_argument("--trace", default=None, help="write a profiler trace of ours here")
+    p.add_argument("--switch-interval", type=float, default=None,
+                   help="sys.setswitchinterval for this process (Python's default: 0.005 s): "
+                        "how long a thread holding the GIL may keep it from one that waits")
     p.add_argument("--spy", default=None,
                    help="folder: py-spy's raw stacks of each loader-alone row's timed window "
                         "(this process and its children; py-spy on PATH), for "
@@ -633,6 +636,8 @@ def main(args) -> dict:
     if not torch.cuda.is_available():
         print("bench.py needs a CUDA device")
         return {}
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     if args.verbose:
         import logging
         logging.basicConfig(format="%(name)s: %(message)s")

@@ -441,7 +441,8 @@ spy() {  # KIND: the loader alone, once as is and once with py-spy (its wheel in
 
 versus() {  # KIND: the loader alone from this tree and from $BASE (another commit's
   # imageloader/ and scripts/bench/, e.g. `git archive HEAD~1 imageloader scripts/bench |
-  # tar -x -C .cache/base`, carried), interleaved, ROUNDS times (2), each --gpu-lanes of LANES.
+  # tar -x -C .cache/base`, carried), interleaved, ROUNDS times (2), each --gpu-lanes of LANES;
+  # THIS_ARGS: more bench.py arguments for this tree's rows only (BASE may be this same tree).
   local kind=$1 archive="$data/$1-16000.tgz" round tree lanes work
   work=$(mktemp -d)
   [ -d "${BASE:-}/imageloader" ] || { echo "versus: BASE must hold another tree"; return 2; }
@@ -451,7 +452,8 @@ versus() {  # KIND: the loader alone from this tree and from $BASE (another comm
       for lanes in ${LANES:-auto}; do
         python3 "$tree/$here/bench.py" --archive "$archive" --shards 0 --models= --recipes loader \
           --decode cuda --gpu-lanes "$lanes" --warmup 100 --steps 100000 \
-          --max-seconds "${WINDOW:-10}" --out "$work/x.json" 2>&1 | grep -a 'loader alone' \
+          --max-seconds "${WINDOW:-10}" --out "$work/x.json" \
+          $([ "$tree" = . ] && echo "${THIS_ARGS:-}") 2>&1 | grep -a 'loader alone' \
           | head -1 | sed "s|^|$kind round $round, $([ "$tree" = . ] && echo this || echo base): |"
       done
     done

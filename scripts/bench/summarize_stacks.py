@@ -13,13 +13,16 @@ lifetime and their split is how it spent it. Each sample is put in one state by 
   without `--native`: in threading, queue, multiprocessing's connection or synchronize);
 - `native LIB`: in a native library's code (nvImageCodec, CUDA's driver, torch...), e.g. a
   decode call that the calling thread sits in until the decoder is done.
-A row per (process, thread name) gives those shares and, for its heaviest states, the innermost
-Python function it was called from: what the thread was doing. Processes are named by their
-first imageloader function (reader_main, worker_main...), else "main" for the profiled one.
+A row per (process, thread role) gives those shares and, for its heaviest states, the innermost
+Python function it was called from: what the thread was doing. A thread's role is the function
+it runs (`thread_role`): threads of one role are summed (a prefetcher's lanes, threads made
+anew each epoch). Processes are named by their main function (reader_main, worker_main...),
+the profiled one "main".
 """
 from __future__ import annotations
 
 import argparse
+import gzip
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -34,6 +37,10 @@ WAIT_SYMBOLS = ("pthread_cond_", "futex", "sem_wait", "sem_timedwait", "sem_cloc
                 "sched_yield")
 GIL_SYMBOLS = ("take_gil",)
 # Without --native a blocked thread's innermost frame is the Python function that blocked.
+# Frames a thread or a child process starts through, before its own code.
+START_FILES = ("threading.py", "<string>", "spawn.py", "process.py", "context.py", "runpy",
+               "<frozen runpy>", "popen_fork.py", "popen_spawn_posix.py", "popen_forkserver.py",
+               "forkserver.py")
 WAIT_FILES = ("threading.py", "queue.py", "selectors.py", "connection.py", "synchronize.py",
               "popen_fork.py", "resource_tracker.py")
 INTERPRETER_LIBS = ("libpython",)
@@ -106,31 +113,38 @@ def process_label(process: str, frames_seen: Counter) -> str:
     return process.split(":")[0]
 
 
+def thread_role(frames: list[str], name: str) -> str:
+    """What a thread runs: its outermost Python function past the interpreter's and
+    multiprocessing's start-up frames (a thread's target, a child's main function), else its
+    name. Not the name alone: py-spy keeps a name per thread id, and threads made each epoch
+    (the prefetcher's) get ids of earlier ones, so their names get mixed up."""
+    for frame in frames:
+        match = PYTHON_FRAME.match(frame)
+        if match and Path(match["file"]).name not in START_FILES:
+            return f"{match['func']} ({Path(match['file']).name})"
+    return name
+
+
 def summarize(lines, top: int = 5) -> list[dict]:
-    """One dict per (process label, thread name), heaviest first."""
-    samples: dict = defaultdict(Counter)          # (process, thread) -> state -> samples
-    doing: dict = defaultdict(Counter)            # (process, thread) -> (state, func) -> n
-    seen: dict = defaultdict(Counter)             # process -> imageloader function -> n
-    parsed_lines = [parsed for parsed in map(parse_line, lines) if parsed is not None]
-    # py-spy names a thread on some samples only: the others take the name of the same id.
-    names = {(process, thread.partition(": ")[0]): thread.partition(": ")[2]
-             for process, thread, _, _ in parsed_lines if ": " in thread}
-    for process, thread, frames, count in parsed_lines:
-        name = names.get((process, thread.partition(": ")[0])) or "(unnamed)"
+    """One dict per (process label, thread role), heaviest first."""
+    samples: dict = defaultdict(Counter)          # (process, role) -> state -> samples
+    doing: dict = defaultdict(Counter)            # (process, role) -> (state, func) -> n
+    seen: dict = defaultdict(Counter)             # process -> Python function -> n
+    for process, thread, frames, count in filter(None, map(parse_line, lines)):
         for frame in frames:
             match = PYTHON_FRAME.match(frame)
             if match:
                 seen[process][match["func"]] += count
+        role = thread_role(frames, thread.partition(": ")[2] or "(unnamed)")
         state, func = state_of(frames)
-        samples[process, name][state] += count
-        doing[process, name][state, func] += count
+        samples[process, role][state] += count
+        doing[process, role][state, func] += count
     labels = {process: process_label(process, seen[process]) for process, _ in samples}
     grouped: dict = defaultdict(lambda: [Counter(), Counter(), set()])
-    for (process, name), states in samples.items():
-        key = (labels[process], re.sub(r"-\d+$", "-N", name) if labels[process] != "main"
-               else name)
+    for (process, role), states in samples.items():
+        key = (labels[process], role)
         grouped[key][0].update(states)
-        grouped[key][1].update(doing[process, name])
+        grouped[key][1].update(doing[process, role])
         grouped[key][2].add(process)
     rows = []
     for (label, name), (states, what, processes) in grouped.items():
@@ -145,25 +159,38 @@ def summarize(lines, top: int = 5) -> list[dict]:
 
 
 def format_rows(rows: list[dict], min_share: float = 0.02) -> str:
+    """Rows with at least `min_share` of the largest row's samples (--nonblocking sampling
+    catches some stacks half-built: they make rows of a few samples each), shares likewise."""
     out = []
+    largest = max((row["samples"] for row in rows), default=0)
+    hidden = [row for row in rows if row["samples"] < min_share * largest]
     for row in rows:
+        if row in hidden:
+            continue
         states = ", ".join(f"{state} {share:.0%}" for state, share in row["states"].items()
                            if share >= min_share)
         many = f" x{row['processes']}" if row["processes"] > 1 else ""
-        out.append(f"{row['process']}{many} / {row['thread']}: {row['samples']} samples: {states}")
+        out.append(f"{row['process']}{many} / {row['thread']}: {row['samples']} samples: "
+                   f"{states}")
         for item in row["doing"]:
             if item["share"] >= min_share:
                 out.append(f"    {item['share']:>5.0%} {item['state']:<18} in {item['in']}")
+    if hidden:
+        out.append(f"({len(hidden)} rows of {sum(row['samples'] for row in hidden)} samples "
+                   f"in all not shown: under {min_share:.0%} of the largest row's)")
     return "\n".join(out)
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("stacks", help="py-spy record --format raw output")
+    p.add_argument("stacks", help="py-spy record --format raw output (.gz too)")
     p.add_argument("--top", type=int, default=5, help="what each thread did: this many rows")
-    p.add_argument("--min-share", type=float, default=0.02, help="hide shares below this")
+    p.add_argument("--min-share", type=float, default=0.02,
+                   help="hide shares below this, and rows with fewer samples than this share "
+                        "of the largest row's")
     args = p.parse_args(argv)
-    with open(args.stacks) as f:
+    opener = gzip.open if args.stacks.endswith(".gz") else open
+    with opener(args.stacks, "rt") as f:
         print(format_rows(summarize(f, args.top), args.min_share))
 
 
