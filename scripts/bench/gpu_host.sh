@@ -430,11 +430,15 @@ spy() {  # KIND: the loader alone, once as is and once with py-spy (its wheel in
     local tag="$kind-${lanes//[^a-z0-9]/_}"
     local loader="$here/bench.py --archive $archive --shards 0 --models= --recipes loader
       --decode cuda --gpu-lanes $lanes --warmup 100 --steps 100000 --max-seconds ${SPY_SECONDS:-15}"
-    python3 $loader --out "$work/$tag-plain.json" 2>&1 | grep -a 'loader alone' | head -1 \
-      | sed 's/^/as is: /'
-    PATH="$PWD/.cache/site/bin:$PATH" python3 $loader --spy "$work/$tag" \
-      --out "$work/$tag.json" 2>&1 | grep -a 'loader alone\|py-spy' | head -2 | sed 's/^/spied: /'
-    python3 $here/summarize_stacks.py "$work/$tag"/stacks-*.txt --top 8 > "$out/spy-$tag.log" \
+    {  # both rates head the summary's file: how much py-spy slowed the run it sampled
+      python3 $loader --out "$work/$tag-plain.json" 2>&1 | grep -a 'loader alone' | head -1 \
+        | sed 's/^/as is: /'
+      PATH="$PWD/.cache/site/bin:$PATH" python3 $loader --spy "$work/$tag" \
+        --out "$work/$tag.json" 2>&1 | grep -a 'loader alone\|py-spy' | head -2 | sed 's/^/spied: /'
+    } > "$work/$tag-rates.txt"
+    cat "$work/$tag-rates.txt"
+    { cat "$work/$tag-rates.txt"; python3 $here/summarize_stacks.py "$work/$tag"/stacks-*.txt \
+      --top 8; } > "$out/spy-$tag.log" \
       && cat "$out/spy-$tag.log" && gzip -c "$work/$tag"/stacks-*.txt > "$out/stacks-$tag.txt.gz"
   done
 }
