@@ -447,17 +447,20 @@ versus() {  # KIND: the loader alone from this tree and from $BASE (another comm
   # imageloader/ and scripts/bench/, e.g. `git archive HEAD~1 imageloader scripts/bench |
   # tar -x -C .cache/base`, carried), interleaved, ROUNDS times (2), each --gpu-lanes of LANES;
   # THIS_ARGS: more bench.py arguments for this tree's rows only (BASE may be this same tree).
+  # MODELS (e.g. resnet18): that model trained from the loader instead of the loader alone.
   local kind=$1 archive="$data/$1-16000.tgz" round tree lanes work
+  local what="--models= --recipes loader" pick="loader alone"
+  [ -n "${MODELS:-}" ] && what="--models $MODELS --recipes ours" pick="^ours "
   work=$(mktemp -d)
   [ -d "${BASE:-}/imageloader" ] || { echo "versus: BASE must hold another tree"; return 2; }
   ensure_archive "$archive" --sizes "$kind" --images 16000
   for round in $(seq "${ROUNDS:-2}"); do
     for tree in "$BASE" .; do
       for lanes in ${LANES:-auto}; do
-        python3 "$tree/$here/bench.py" --archive "$archive" --shards 0 --models= --recipes loader \
+        python3 "$tree/$here/bench.py" --archive "$archive" --shards 0 $what \
           --decode cuda --gpu-lanes "$lanes" --warmup 100 --steps 100000 \
           --max-seconds "${WINDOW:-10}" --out "$work/x.json" \
-          $([ "$tree" = . ] && echo "${THIS_ARGS:-}") 2>&1 | grep -a 'loader alone' \
+          $([ "$tree" = . ] && echo "${THIS_ARGS:-}") 2>&1 | grep -a "$pick" \
           | head -1 | sed "s|^|$kind round $round, $([ "$tree" = . ] && echo this || echo base): |"
       done
     done
