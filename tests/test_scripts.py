@@ -402,3 +402,14 @@ def test_summarize_stacks_splits_each_threads_samples_by_state(monkeypatch):
     assert "reader_main x2 / reader_main (workers.py): 16 samples: python 50%, wait 50%" in text
     assert "60% python             in decode (gpujpeg.py)" in text
     assert "_read (read.py)" not in text and "(1 rows of 1 samples in all not shown" in text
+
+
+def test_summarize_stacks_reads_native_leaves(monkeypatch):
+    """With py-spy --native: a blocking libc call is a wait whatever glibc's internal name,
+    a busy one counts for its library, the interpreter's own frames are Python."""
+    summarize = load_script("summarize_stacks", monkeypatch)
+    inside = ["_submit_all (prefetch.py:9)", "decode (gpujpeg.py:5)"]
+    assert summarize.state_of(inside + ["__GI___poll (libc.so.6)"])[0] == "wait"
+    assert summarize.state_of(inside + ["memcpy (libc.so.6)"])[0] == "native libc"
+    assert summarize.state_of(inside + ["thread_run (libpython3.12.so.1.0)"])[0] == "python"
+    assert summarize.state_of(inside + ["0x7f00 (libc.so.6)"]) == ("wait", "decode (gpujpeg.py)")

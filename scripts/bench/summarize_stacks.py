@@ -1,8 +1,12 @@
 """Where each thread of a profiled run spent its time, from py-spy's raw stacks.
 
-    py-spy record --threads --idle --native --subprocesses --rate 100 --format raw \\
-        -o stacks.txt -- python3 scripts/bench/bench.py --recipes loader ...
-    python scripts/bench/summarize_stacks.py stacks.txt --top 6
+    python3 scripts/bench/bench.py --recipes loader --models= ... --spy DIR  # py-spy on PATH
+    python scripts/bench/summarize_stacks.py DIR/stacks-*.txt --top 6
+
+bench.py --spy runs `py-spy record --subprocesses --threads --idle --nonblocking --format raw`
+on itself for the loader-alone row's timed window; any py-spy raw file will do (with
+`--native`, GIL waits and native libraries show; py-spy 0.4.3 segfaulted with it on the GPU
+host).
 
 With `--idle` every live thread is sampled at every tick, so a thread's samples are its
 lifetime and their split is how it spent it. Each sample is put in one state by its frames:
@@ -30,17 +34,18 @@ from pathlib import Path
 PROCESS_FRAME = re.compile(r'process (\d+):"[^"]*";')  # its command line may hold ';'
 PYTHON_FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*):(?P<line>\d+)\)$")
 NATIVE_FRAME = re.compile(r"^(?P<func>.*) \((?P<lib>[^()]*)\)$")
+# Native functions a sampled thread blocks in (their names' start, leading underscores off).
 WAIT_SYMBOLS = ("pthread_cond_", "futex", "sem_wait", "sem_timedwait", "sem_clockwait",
                 "epoll_wait", "poll", "select", "nanosleep", "clock_nanosleep", "sleep",
-                "__lll_lock_wait", "pthread_join", "waitpid", "wait4", "accept", "recv",
+                "lll_lock_wait", "pthread_join", "waitpid", "wait4", "accept", "recv",
                 "read", "pthread_mutex_lock", "do_futex_wait", "PyThread_acquire_lock",
                 "sched_yield")
 GIL_SYMBOLS = ("take_gil",)
-# Without --native a blocked thread's innermost frame is the Python function that blocked.
 # Frames a thread or a child process starts through, before its own code.
 START_FILES = ("threading.py", "<string>", "spawn.py", "process.py", "context.py", "runpy",
                "<frozen runpy>", "popen_fork.py", "popen_spawn_posix.py", "popen_forkserver.py",
                "forkserver.py")
+# Without --native a blocked thread's innermost frame is the Python function that blocked.
 WAIT_FILES = ("threading.py", "queue.py", "selectors.py", "connection.py", "synchronize.py",
               "popen_fork.py", "resource_tracker.py")
 INTERPRETER_LIBS = ("libpython",)
@@ -93,7 +98,7 @@ def state_of(frames: list[str]) -> tuple[str, str]:
         return "python", python_func
     native = NATIVE_FRAME.match(leaf)
     func, lib = (native["func"], native["lib"]) if native else (leaf, "?")
-    if any(symbol in func for symbol in WAIT_SYMBOLS):
+    if re.sub(r"^_*(GI_+)?", "", func).startswith(WAIT_SYMBOLS):  # __GI___poll: poll
         return "wait", python_func
     if lib.startswith(INTERPRETER_LIBS):
         return "python", python_func
