@@ -413,3 +413,46 @@ def test_summarize_stacks_reads_native_leaves(monkeypatch):
     assert summarize.state_of(inside + ["memcpy (libc.so.6)"])[0] == "native libc"
     assert summarize.state_of(inside + ["thread_run (libpython3.12.so.1.0)"])[0] == "python"
     assert summarize.state_of(inside + ["0x7f00 (libc.so.6)"]) == ("wait", "decode (gpujpeg.py)")
+
+
+# --- bench_batch_call ------------------------------------------------------------
+
+
+@pytest.mark.skipif(__import__("shutil").which("cc") is None, reason="needs a C compiler")
+def test_bench_batch_call_decodes_what_the_loaders_decoder_does(monkeypatch, tmp_path):
+    """bench_batch_call builds batch_decode.c and decodes each batch in one C call: the same
+    pixels as the loader's nvImageCodec decoder (its CPU backend here), sizes of every kind,
+    and a member that is not a JPEG refused by both."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    bench = load_script("bench_batch_call", monkeypatch)
+    archive = tmp_path / "jpegs.tar"
+    with tarfile.open(archive, "w") as tar:
+        for i in range(40):
+            buffer = io.BytesIO()
+            size = (17 + 13 * (i % 7), 11 + 9 * (i % 5))
+            pixels = np.random.default_rng(i).integers(0, 256, (*size[::-1], 3), np.uint8)
+            Image.fromarray(pixels).save(buffer, "JPEG", quality=90)
+            data = buffer.getvalue() if i != 7 else b"not a jpeg at all" * 8
+            info = tarfile.TarInfo(f"train/c{i % 3}/{i}.jpg")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    out = tmp_path / "call.json"
+    result = bench.main(script_args(bench, "--archive", archive, "--images", 40, "--batch", 16,
+                                    "--passes", 1, "--device", "cpu", "--out", out))
+    assert result["same_pixels"] is True and result["refused_by_c_only"] == 0
+    assert result["images"] == 40
+    assert [row["row"].split(" (")[0] for row in result["rows"]] == [
+        "loader's way", "one C call per batch"]
+    assert all(row["img_per_s"] > 0 for row in result["rows"])
+    assert json.loads(out.read_text())["same_pixels"] is True
+    # the C call itself: sizes as parsed, the broken member refused
+    call = bench.BatchCall(bench.build(str(tmp_path)), __import__("torch").device("cpu"),
+                           "cpu", 16)
+    try:
+        batch = bench.pack(bench.load_jpegs(str(archive), 16))
+        _, sizes, _, decoded = call.decode(*batch)
+    finally:
+        call.close()
+    assert decoded.tolist() == [i != 7 for i in range(16)]
+    assert sizes.tolist() == [[0, 0] if i == 7 else [11 + 9 * (i % 5), 17 + 13 * (i % 7)]
+                              for i in range(16)]  # (height, width) from each header

@@ -27,6 +27,8 @@
 #                                                    # fed ResNet-18: a model or a loader? ~3 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR spy [fixed|photos]  # where the loader's threads and
 #                                                    # processes spend their time (py-spy), ~2 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR batchcall # a lane's Python against one C call per
+#                                                    # batch into nvImageCodec, ~2 min
 #   BASE=.cache/base bash scripts/bench/gpu_host.sh OUT_DIR versus [fixed|photos]  # the loader
 #                                 # alone from this tree and another, interleaved, ~1 min a row
 # bench builds two 32,000-image archives (ImageNet-like 500x375, and varied photos with a
@@ -467,10 +469,22 @@ versus() {  # KIND: the loader alone from this tree and from $BASE (another comm
   done
 }
 
+batchcall() {  # the Python around each decode call against one C call per batch
+  # (bench_batch_call.py, batch_decode.c), decoders alone, both kinds of data; BACKEND (hw)
+  local kind archive
+  for kind in fixed photos; do
+    archive="$data/$kind-16000.tgz"
+    ensure_archive "$archive" --sizes "$kind" --images 16000
+    python3 $here/bench_batch_call.py --archive "$archive" --images 4096 \
+      --backend "${BACKEND:-hw}" --out "$out/batchcall-$kind.json" 2>&1 \
+      | grep --line-buffered -v "$quiet" | tee "$out/batchcall-$kind.log" | tail -4
+  done
+}
+
 case "$part" in
   none) ;;  # the wheels of .whl/ installed, nothing run (a first call before others)
   tests) shift 2; tests "$@" ;;
-  bench|overlap|remote|decoders|trial|threads|packers|share) "$part" ;;
+  bench|overlap|remote|decoders|trial|threads|packers|share|batchcall) "$part" ;;
   ddp) ddp "${3:-fixed}" 2>&1 | tee "$out/ddp-${3:-fixed}.log" ;;
   host) host "${3:-fixed}" 2>&1 | tee "$out/host-${3:-fixed}.log" ;;
   beside) beside 2>&1 | tee "$out/beside.log" ;;
@@ -479,5 +493,5 @@ case "$part" in
   dali) dali "${3:-photos}" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
-  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, host, beside, spy, versus or none" >&2; exit 2 ;;
+  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, host, beside, spy, versus, batchcall or none" >&2; exit 2 ;;
 esac

@@ -1,0 +1,161 @@
+/* One C call per batch into nvImageCodec's C API: a prototype that measures what the Python
+ * around each decode call costs (bench_batch_call.py builds and drives it).
+ *
+ * The loader's lane makes, per JPEG, an nv.CodeStream object and, after decoding, reads each
+ * image's address through its __cuda_array_interface__: ~500 Python calls per 256-image batch
+ * (results/2026-11-26-h200-spy: 20-40% of the lane thread). Here the batch is an arena and
+ * offsets: code streams and images are kept handles, re-initialised in C for each batch, and the
+ * outputs are planar RGB at caller-given addresses (one buffer, offsets computed in numpy). */
+#include <stddef.h> /* before nvimgcodec.h, which uses ptrdiff_t without it */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <nvimgcodec.h>
+
+typedef struct {
+    nvimgcodecInstance_t instance;
+    nvimgcodecDecoder_t decoder;
+    int capacity;                    /* handles kept below */
+    nvimgcodecCodeStream_t* streams;
+    nvimgcodecImage_t* images;
+    int on_device;
+} Batcher;
+
+static void zero_info(nvimgcodecImageInfo_t* info) {
+    memset(info, 0, sizeof(*info));
+    info->struct_type = NVIMGCODEC_STRUCTURE_TYPE_IMAGE_INFO;
+    info->struct_size = sizeof(*info);
+}
+
+/* backend: an nvimgcodecBackendKind_t (1 CPU, 2 GPU, 3 hybrid, 4 hardware engines); device: a
+ * CUDA device index, or NVIMGCODEC_DEVICE_CPU_ONLY. Returns 0 and *out, or an nvImageCodec status. */
+int bd_create(const char* extensions, int device, int backend, int threads, const char* options,
+              int capacity, Batcher** out) {
+    Batcher* b = calloc(1, sizeof(Batcher));
+    if (!b) return -1;
+    nvimgcodecInstanceCreateInfo_t create = {NVIMGCODEC_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
+                                             sizeof(create), NULL};
+    create.load_builtin_modules = 1;
+    create.load_extension_modules = 1;
+    create.extension_modules_path = extensions;
+    int status = nvimgcodecInstanceCreate(&b->instance, &create);
+    if (status != NVIMGCODEC_STATUS_SUCCESS) { free(b); return status; }
+    nvimgcodecBackend_t kind = {NVIMGCODEC_STRUCTURE_TYPE_BACKEND, sizeof(kind), NULL};
+    kind.kind = (nvimgcodecBackendKind_t)backend;
+    kind.params.struct_type = NVIMGCODEC_STRUCTURE_TYPE_BACKEND_PARAMS;
+    kind.params.struct_size = sizeof(kind.params);
+    kind.params.load_hint = 1.0f;
+    nvimgcodecExecutionParams_t exec = {NVIMGCODEC_STRUCTURE_TYPE_EXECUTION_PARAMS, sizeof(exec), NULL};
+    exec.device_id = device;
+    exec.max_num_cpu_threads = threads;
+    exec.num_backends = 1;
+    exec.backends = &kind;
+    status = nvimgcodecDecoderCreate(b->instance, &b->decoder, &exec, options);
+    if (status != NVIMGCODEC_STATUS_SUCCESS) {
+        nvimgcodecInstanceDestroy(b->instance);
+        free(b);
+        return status;
+    }
+    b->capacity = capacity;
+    b->streams = calloc(capacity, sizeof(nvimgcodecCodeStream_t));
+    b->images = calloc(capacity, sizeof(nvimgcodecImage_t));
+    b->on_device = device != NVIMGCODEC_DEVICE_CPU_ONLY;
+    *out = b;
+    return 0;
+}
+
+/* Parse n JPEGs at arena + offsets[i] (lengths[i] bytes): sizes[2i], sizes[2i+1] = height,
+ * width, or 0, 0 where the header cannot be parsed. The parsed streams are kept for bd_decode. */
+int bd_parse(Batcher* b, const unsigned char* arena, const int64_t* offsets,
+             const int64_t* lengths, int n, int32_t* sizes) {
+    if (n > b->capacity) return -1;
+    for (int i = 0; i < n; i++) {
+        sizes[2 * i] = sizes[2 * i + 1] = 0;
+        if (nvimgcodecCodeStreamCreateFromHostMem(b->instance, &b->streams[i], arena + offsets[i],
+                                                  (size_t)lengths[i], NULL)
+            != NVIMGCODEC_STATUS_SUCCESS)
+            continue;
+        nvimgcodecImageInfo_t info;
+        zero_info(&info);
+        if (nvimgcodecCodeStreamGetImageInfo(b->streams[i], &info) != NVIMGCODEC_STATUS_SUCCESS)
+            continue;
+        sizes[2 * i] = (int32_t)info.plane_info[0].height;
+        sizes[2 * i + 1] = (int32_t)info.plane_info[0].width;
+    }
+    return 0;
+}
+
+/* Decode the n parsed JPEGs (those with sizes) into planar RGB at outputs[i] (3 x h x w bytes,
+ * rows of w), on cuda_stream; status[i]: 1 decoded, 0 not. One call into the decoder. */
+int bd_decode(Batcher* b, int n, const int32_t* sizes, const uint64_t* outputs, void* cuda_stream,
+              int32_t* status) {
+    if (n > b->capacity) return -1;
+    nvimgcodecCodeStream_t* streams = malloc(sizeof(nvimgcodecCodeStream_t) * (n ? n : 1));
+    nvimgcodecImage_t* images = malloc(sizeof(nvimgcodecImage_t) * (n ? n : 1));
+    int* which = malloc(sizeof(int) * (n ? n : 1));
+    int count = 0;
+    for (int i = 0; i < n; i++) {
+        status[i] = 0;
+        uint32_t h = (uint32_t)sizes[2 * i], w = (uint32_t)sizes[2 * i + 1];
+        if (!h || !w) continue;
+        nvimgcodecImageInfo_t info;
+        zero_info(&info);
+        info.color_spec = NVIMGCODEC_COLORSPEC_SRGB;
+        info.chroma_subsampling = NVIMGCODEC_SAMPLING_NONE;
+        info.sample_format = NVIMGCODEC_SAMPLEFORMAT_P_RGB;
+        info.num_planes = 3;
+        for (int p = 0; p < 3; p++) {
+            nvimgcodecImagePlaneInfo_t* plane = &info.plane_info[p];
+            plane->struct_type = NVIMGCODEC_STRUCTURE_TYPE_IMAGE_PLANE_INFO;
+            plane->struct_size = sizeof(*plane);
+            plane->width = w;
+            plane->height = h;
+            plane->row_stride = w;
+            plane->num_channels = 1;
+            plane->sample_type = NVIMGCODEC_SAMPLE_DATA_TYPE_UINT8;
+            plane->precision = 8;
+        }
+        info.buffer = (void*)(uintptr_t)outputs[i];
+        info.buffer_kind = b->on_device ? NVIMGCODEC_IMAGE_BUFFER_KIND_STRIDED_DEVICE
+                                        : NVIMGCODEC_IMAGE_BUFFER_KIND_STRIDED_HOST;
+        info.cuda_stream = (cudaStream_t)cuda_stream;
+        if (nvimgcodecImageCreate(b->instance, &b->images[i], &info) != NVIMGCODEC_STATUS_SUCCESS)
+            continue;
+        streams[count] = b->streams[i];
+        images[count] = b->images[i];
+        which[count++] = i;
+    }
+    int result = 0;
+    if (count) {
+        nvimgcodecDecodeParams_t params = {NVIMGCODEC_STRUCTURE_TYPE_DECODE_PARAMS, sizeof(params), NULL};
+        nvimgcodecFuture_t future;
+        result = nvimgcodecDecoderDecode(b->decoder, streams, images, count, &params, &future);
+        if (result == NVIMGCODEC_STATUS_SUCCESS) {
+            nvimgcodecFutureWaitForAll(future);
+            nvimgcodecProcessingStatus_t* done = malloc(sizeof(*done) * count);
+            size_t got = 0;
+            nvimgcodecFutureGetProcessingStatus(future, done, &got);
+            for (size_t k = 0; k < got; k++)
+                status[which[k]] = done[k] == NVIMGCODEC_PROCESSING_STATUS_SUCCESS;
+            free(done);
+            nvimgcodecFutureDestroy(future);
+        }
+    }
+    free(streams);
+    free(images);
+    free(which);
+    return result;
+}
+
+void bd_destroy(Batcher* b) {
+    if (!b) return;
+    for (int i = 0; i < b->capacity; i++) {
+        if (b->images[i]) nvimgcodecImageDestroy(b->images[i]);
+        if (b->streams[i]) nvimgcodecCodeStreamDestroy(b->streams[i]);
+    }
+    free(b->images);
+    free(b->streams);
+    nvimgcodecDecoderDestroy(b->decoder);
+    nvimgcodecInstanceDestroy(b->instance);
+    free(b);
+}
