@@ -17,6 +17,7 @@ import argparse
 import ctypes
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -76,7 +77,8 @@ def build(folder: str) -> ctypes.CDLL:
     lib_dir = nvimgcodec_dir()
     (Path(folder) / "cuda_runtime_api.h").write_text(CUDA_STUB)
     target = os.path.join(folder, "batch_decode.so")
-    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-I", folder, "-I", str(lib_dir / "include"),
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "cc"
+    subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-I", folder, "-I", str(lib_dir / "include"),
                     str(HERE / "batch_decode.c"), str(lib_dir / "libnvimgcodec.so.0"),
                     f"-Wl,-rpath,{lib_dir}", "-o", target], check=True)
     lib = ctypes.CDLL(target)
