@@ -20,7 +20,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -29,6 +28,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from imageloader.gpucrop import image_geometry  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_decoders import batches, load_jpegs  # noqa: E402  (same JPEGs, same batching)
 
 HERE = Path(__file__).resolve().parent
 BACKENDS = {"cpu": 1, "cuda": 2, "hybrid": 3, "hw": 4}
@@ -47,17 +49,6 @@ def get_args_parser():
                    help="nvImageCodec backend on a GPU (the CPU backend without one)")
     p.add_argument("--out", default=None, help="JSON results")
     return p
-
-
-def load_jpegs(archive: str, count: int) -> list[bytes]:
-    out = []
-    with tarfile.open(archive) as tar:
-        for member in tar:
-            if member.isfile() and member.name.lower().endswith((".jpg", ".jpeg")):
-                out.append(tar.extractfile(member).read())
-                if len(out) == count:
-                    break
-    return out
 
 
 def pack(datas: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -151,18 +142,18 @@ def loader_way(decoder, arena, offsets, lengths) -> list:
             for image in images]
 
 
-def timed(run, batches, passes: int) -> dict:
-    run(*batches[0])  # untimed: buffers grown, kernels loaded
+def timed(run, packed, passes: int) -> dict:
+    run(*packed[0])  # untimed: buffers grown, kernels loaded
     sync()
     wall, cpu, n = time.perf_counter(), time.thread_time(), 0
     for _ in range(passes):
-        for batch in batches:
+        for batch in packed:
             run(*batch)
             n += len(batch[1])
     sync()
     wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
     return {"img_per_s": round(n / wall), "thread_cpu_ms_per_batch":
-            round(1000 * cpu / (passes * len(batches)), 3)}
+            round(1000 * cpu / (passes * len(packed)), 3)}
 
 
 def sync() -> None:
@@ -202,20 +193,20 @@ def main(args) -> dict:
     engine = {"cuda": "cuda", "hybrid": "hybrid", "hw": "hw", "cpu": "all"}[args.backend] \
         if device.type == "cuda" else "all"
     datas = load_jpegs(args.archive, args.images)
-    batches = [pack(datas[k:k + args.batch]) for k in range(0, len(datas), args.batch)]
+    packed = [pack(batch) for batch in batches(datas, args.batch)]
     decoder = NvImageCodecJpeg(device, "RGB", engine=engine)
     results = {"device": str(torch.cuda.get_device_name(device)) if device.type == "cuda"
                else "cpu", "images": len(datas), "batch": args.batch, "backend": engine,
                "rows": []}
     results["rows"].append({"row": "loader's way (code stream objects, addresses read back)",
-                            **timed(lambda *b: loader_way(decoder, *b), batches, args.passes)})
+                            **timed(lambda *b: loader_way(decoder, *b), packed, args.passes)})
     with tempfile.TemporaryDirectory() as folder:
         call = BatchCall(build(folder), device, args.backend, args.batch)
         try:
             results["same_pixels"], results["refused_by_c_only"] = same_pixels(
-                decoder, call, batches[0])
+                decoder, call, packed[0])
             results["rows"].append({"row": "one C call per batch",
-                                    **timed(call.decode, batches, args.passes)})
+                                    **timed(call.decode, packed, args.passes)})
         finally:
             call.close()
     for row in results["rows"]:
