@@ -18,6 +18,7 @@ import threading
 import numpy as np
 import torch
 
+from .nvbatch import Decoded
 from .prefetch import small_to_device
 
 try:
@@ -66,7 +67,10 @@ def crop_resize_flip(images: list, boxes: np.ndarray, slots: list[int],
 def image_geometry(image) -> tuple[int, int, int, int, int, int]:
     """(address, height, width, channel, row and column strides in bytes) of a uint8 image
     laid out C x H x W: a tensor (any strides), or an object with a CUDA array interface of
-    shape (C, H, W) (nvImageCodec's planar images; strides None means contiguous)."""
+    shape (C, H, W) (nvImageCodec's planar images; strides None means contiguous), or an
+    nvbatch.Decoded, which carries it."""
+    if isinstance(image, Decoded):
+        return image.geometry
     if isinstance(image, torch.Tensor):
         channels, height, width = image.shape
         return (image.data_ptr(), height, width, *image.stride())

@@ -19,11 +19,14 @@ differ from Pillow's (which interpolates) by about one level on average, up to ~
 colour edges, the same for each decoder.
 
 nvImageCodec is the codec library DALI decodes with: its decoder uses the GPU's hardware JPEG
-engines and CUDA kernels fed by CPU threads together. Two things make it fast here: its
-output images are kept and decoded into again (allocating 256 device buffers per batch cost a
-third of its time), and nobody wraps them in tensors (the crop kernel reads them by address,
-gpucrop.image_geometry). torchvision's image decoding is deprecated since 0.29 (TorchCodec
-replaces it), so it comes last.
+engines and CUDA kernels fed by CPU threads together. Three things make it fast here: each
+batch is decoded in one C call into one kept device buffer (nvbatch.py: no Python object per
+JPEG, no GIL held while it decodes; +7-8% on photos and +18-28% on ImageNet-like data for the
+loader alone, and lanes that scale); where that cannot be built, its Python API decodes into
+kept images (allocating 256 device buffers per batch cost a third of its time); and nobody
+wraps the outputs in tensors (the crop kernel reads them by address, gpucrop.image_geometry).
+torchvision's image decoding is deprecated since 0.29 (TorchCodec replaces it), so it comes
+last.
 
 nvImageCodec can be held to one engine: the GPU's hardware JPEG engines ("hw"; A100, H100,
 H200), CUDA kernels ("cuda") or its own choice per image ("all"). Where the GPU has engines the
@@ -34,8 +37,8 @@ the engines with a CUDA helper that takes the largest JPEGs while training waits
 for the reasons measured there.
 
 Every decoder works on the current CUDA stream: its outputs are ready in stream order, and
-nvImageCodec decodes into kept images only after the work queued before on that stream (its
-"pre-sync"), so the previous batch's crops have read them first.
+nvImageCodec decodes into its kept buffer or images only after the work queued before on that
+stream (its "pre-sync"), so the previous batch's crops have read them first.
 """
 from __future__ import annotations
 
@@ -138,13 +141,12 @@ class NvImageCodecJpeg:
     stream_ordered = True  # decodes after the work queued before on our stream (pre-sync)
 
     def __init__(self, device: torch.device, mode: str, threads: int | None = None,
-                 engine: str = "all"):
+                 engine: str = "all", one_call: bool | None = None):
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
         _load_nvjpeg_wheel()
         from nvidia import nvimgcodec as nv
         self.nv, self.device, self.engine, self.mode = nv, device, engine, mode
-        self.decoder = self._make_decoder(engine, threads)
         gray = mode != "RGB"
         self.params = nv.DecodeParams(
             apply_exif_orientation=False,  # the packers sent rotated JPEGs to the CPU path
@@ -152,33 +154,61 @@ class NvImageCodecJpeg:
             sample_format=nv.SampleFormat.P_Y if gray else nv.SampleFormat.P_RGB)
         self.kept: list = []
         self._fallback = None  # engine "hw": every backend, for what the engines refuse
+        # One C call per batch (nvbatch.py) where it builds, unless one_call=False; else the
+        # Python API, decoding into kept images.
+        self.batch = self._batch_decoder(engine, threads) if one_call is not False else None
+        if one_call and self.batch is None:
+            raise RuntimeError("nvImageCodec's one-call batch decode is unavailable here")
+        self.decoder = None if self.batch else self._make_decoder(engine, threads)
 
-    def _make_decoder(self, engine: str, threads: int | None):
-        nv = self.nv
-        on_cpu = self.device.type != "cuda"  # the CPU backend (libjpeg-turbo): tests without a GPU
+    def _setup(self, engine: str, threads: int | None) -> tuple[str, int | None, str]:
+        """(backend, CPU threads, options) of a decoder on `engine`; backend as nvbatch names
+        them ("all": nvImageCodec's choice among every backend, per image)."""
         # Replicated chroma samples: as torchvision's and DALI's GPU decode, and twice as
         # fast on photos (the hardware engines do not interpolate).
         options = "nvjpeg_hw_decoder:fancy_upsampling=0 nvjpeg_cuda_decoder:fancy_upsampling=0"
-        backends = None
-        if on_cpu:
-            backends = [nv.Backend(nv.CPU_ONLY)]
-        elif engine == "hw":
-            backends = [nv.Backend(nv.HW_GPU_ONLY)]
-        elif engine == "cuda":
+        if self.device.type != "cuda":  # the CPU backend (libjpeg-turbo): tests without a GPU
+            return "cpu", threads, options
+        if engine == "cuda":
             # Huffman decoding on the GPU as well (nvJPEG's GPU-hybrid backend): the CPU
             # threads only feed it, so a lane of this kind costs ~4 cores, not ~12
             # (bench_decoders.py, 2026-11-26).
-            backends = [nv.Backend(nv.HYBRID_CPU_GPU)]
-            options += " nvjpeg_cuda_decoder:hybrid_huffman_threshold=0"
-            threads = threads or CUDA_ENGINE_THREADS
-        elif engine == "hybrid":  # Huffman on CPU threads, the rest in CUDA (DALI's 35%)
-            backends = [nv.Backend(nv.HYBRID_CPU_GPU)]
-            threads = threads or HYBRID_ENGINE_THREADS
+            return ("hybrid", threads or CUDA_ENGINE_THREADS,
+                    options + " nvjpeg_cuda_decoder:hybrid_huffman_threshold=0")
+        if engine == "hybrid":  # Huffman on CPU threads, the rest in CUDA (DALI's 35%)
+            return "hybrid", threads or HYBRID_ENGINE_THREADS, options
+        return engine, threads, options  # "hw" (the engines alone) or "all"
+
+    def _make_decoder(self, engine: str, threads: int | None):
+        nv = self.nv
+        backend, threads, options = self._setup(engine, threads)
+        kinds = {"cpu": nv.CPU_ONLY, "hybrid": nv.HYBRID_CPU_GPU, "hw": nv.HW_GPU_ONLY}
+        backends = [nv.Backend(kinds[backend])] if backend in kinds else None
         return nv.Decoder(
-            device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY if on_cpu else self.device.index or 0,
+            device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY if backend == "cpu"
+            else self.device.index or 0,
             max_num_cpu_threads=threads or 0, backends=backends, options=options)
 
-    def decode(self, datas: list[np.ndarray]) -> list:
+    def _batch_decoder(self, engine: str, threads: int | None):
+        from . import nvbatch
+        lib = nvbatch.library() if nvbatch.enabled() else None
+        if lib is None:
+            return None
+        backend, threads, options = self._setup(engine, threads)
+        return nvbatch.BatchDecoder(lib, self.device, backend, threads, options,
+                                    channels=3 if self.mode == "RGB" else 1)
+
+    def decode(self, datas: list[np.ndarray], retry: bool = True) -> list:
+        """Per JPEG, its decoded image (C x H x W, by array interface) or None. With the
+        engines alone ("hw") what they refuse is decoded once more with every backend,
+        unless `retry` is False."""
+        if self.batch is not None:
+            out = self.batch.decode(datas)
+            # None: refused by the engines, or a header that did not parse
+            if retry and self.engine == "hw" and None in out:
+                self._decode_refused([self._code_stream(d) if image is None else None
+                                      for d, image in zip(datas, out)], out)
+            return out
         streams = [self._code_stream(d) for d in datas]
         order = sorted(range(len(streams)), key=lambda i: -_pixels(streams[i]))
         todo = [streams[i] for i in order if streams[i] is not None]
@@ -186,17 +216,19 @@ class NvImageCodecJpeg:
         out: list = [None] * len(datas)
         for i, image in zip([i for i in order if streams[i] is not None], images):
             out[i] = image
-        if self.engine == "hw" and any(out[i] is None for i in range(len(out))
-                                       if streams[i] is not None):
+        if retry and self.engine == "hw" and any(out[i] is None for i in range(len(out))
+                                                 if streams[i] is not None):
             self._decode_refused(streams, out)
         return out
 
     def _decode_refused(self, streams: list, out: list) -> None:
         """What the hardware engines refused (a layout they lack), once more with every
-        backend; new images, not kept ones: this is rare."""
+        backend through the Python API; new images, not kept ones: this is rare."""
         if self._fallback is None:
             self._fallback = self._make_decoder("all", None)
         again = [i for i, image in enumerate(out) if image is None and streams[i] is not None]
+        if not again:
+            return
         images = self._fallback.decode([streams[i] for i in again], params=self.params,
                                        cuda_stream=self._stream())
         for i, image in zip(again, images):
@@ -518,7 +550,7 @@ def _engines_decoder(device: torch.device, mode: str) -> NvImageCodecJpeg | None
     Image.new("RGB", (64, 48), (200, 30, 90)).save(probe, "JPEG", quality=90)
     try:
         hw = NvImageCodecJpeg(device, mode, engine="hw")
-        image = hw._decode([hw._code_stream(np.frombuffer(probe.getvalue(), np.uint8))])[0]
+        image = hw.decode([np.frombuffer(probe.getvalue(), np.uint8)], retry=False)[0]
     except Exception as error:  # no such backend on this GPU or in this nvImageCodec
         log.info("imageloader: no hardware JPEG decoding here (%s)", error)
         return None

@@ -630,20 +630,23 @@ def assert_gpu_stage_matches_the_cpu_path(decoders, train: bool, name: str) -> N
 
 def nvimgcodec_engine(engine: str):
     """nvImageCodec on one engine of this GPU, or a skip saying why not; "hw|hybrid": a lane
-    splitting each batch between two, half of it to the helper at first."""
+    splitting each batch between two, half of it to the helper at first; "hw@python": through
+    its Python API (kept images) instead of one C call per batch (nvbatch)."""
     if "nvimgcodec" not in gpu_decoders_here():
         pytest.skip("nvimgcodec is not installed here")
     if "|" in engine:
         first, helper = engine.split("|")
         return SplitJpeg(nvimgcodec_engine(first), nvimgcodec_engine(helper), share=0.5)
-    decoder = NvImageCodecJpeg(torch.device("cuda"), "RGB", engine=engine)
+    engine, _, way = engine.partition("@")
+    decoder = NvImageCodecJpeg(torch.device("cuda"), "RGB", engine=engine,
+                               one_call=False if way == "python" else None)
     if engine == "hw" and not has_jpeg_engines(decoder):
         pytest.skip("this GPU has no hardware JPEG engines")
     return decoder
 
 
 @cuda
-@pytest.mark.parametrize("engine", ENGINES + ("hw|hybrid", "hw|cuda"))
+@pytest.mark.parametrize("engine", ENGINES + ("hw|hybrid", "hw|cuda", "hw@python", "all@python"))
 def test_each_nvimgcodec_engine_matches_the_cpu_path(engine):
     """The lanes' engines (hardware, CUDA with Huffman on the GPU, nvImageCodec's choice) on
     sizes up to 5 MP, every subsampling and grayscale, through the whole GPU stage."""
@@ -697,10 +700,11 @@ def test_lanes_give_the_same_batches_as_one_lane(tmp_path):
 
 
 @cuda
-@pytest.mark.parametrize("name", DECODERS + tuple(f"nvimgcodec:{e}"
-                                                  for e in ENGINES[1:] + ("hw|hybrid", "hw|cuda")))
+@pytest.mark.parametrize("name", DECODERS + tuple(
+    f"nvimgcodec:{e}" for e in ENGINES[1:] + ("hw|hybrid", "hw|cuda", "hw@python", "all@python")))
 def test_a_busy_gpu_never_lets_the_next_decode_overwrite_images_before_their_crops(name):
-    """nvImageCodec decodes each batch into the images it kept from the last one. With the
+    """nvImageCodec decodes each batch into the buffer (one C call per batch) or the images
+    (its Python API) it kept from the last one. With the
     side stream busy (a long kernel queued first), batch A's crops wait behind it; batch B's
     decode, submitted right after, must wait for them (stream order), or A's crops would read
     B's pixels. The result must equal what an idle GPU gives. Also for each lane engine."""

@@ -56,7 +56,8 @@ def test_nvimgcodec_decodes_every_layout_like_pillow():
 
 @nvimgcodec_cpu
 def test_nvimgcodec_refills_the_images_it_kept_largest_first():
-    decoder = nvimgcodec_on_cpu()
+    """Through its Python API (where nvbatch cannot be built, or IMAGELOADER_C_BATCH=0)."""
+    decoder = NvImageCodecJpeg(CPU, "RGB", one_call=False)
     first = [jpeg(k, size) for k, size in enumerate([(40, 30), (120, 90), (64, 48)])]
     second = [jpeg(10 + k, size) for k, size in enumerate([(30, 40), (64, 48), (50, 50)])]
     out1 = decoder.decode([as_array(d) for d in first])
@@ -108,8 +109,8 @@ def test_auto_prefers_nvimgcodec_then_torchcodec_then_torchvision():
 def test_a_hardware_lane_decodes_what_the_engines_refused_with_every_backend(monkeypatch):
     """The engines refuse layouts they lack (None at that position); those images are decoded
     once more by a decoder with every backend, in one call, into the same positions."""
-    decoder = NvImageCodecJpeg(CPU, "RGB", engine="hw")  # on the CPU: libjpeg-turbo inside
-    files = [jpeg(k, (40 + 8 * k, 30)) for k in range(4)]
+    decoder = NvImageCodecJpeg(CPU, "RGB", engine="hw", one_call=False)  # on the CPU:
+    files = [jpeg(k, (40 + 8 * k, 30)) for k in range(4)]  # libjpeg-turbo inside
     first = decoder._decode
 
     def engines_refuse_the_odd_ones(streams):

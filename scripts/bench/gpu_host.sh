@@ -27,8 +27,8 @@
 #                                                    # fed ResNet-18: a model or a loader? ~3 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR spy [fixed|photos]  # where the loader's threads and
 #                                                    # processes spend their time (py-spy), ~2 min
-#   bash scripts/bench/gpu_host.sh OUT_DIR batchcall # a lane's Python against one C call per
-#                                                    # batch into nvImageCodec, ~2 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR batchcall # nvImageCodec's Python API against one C
+#                                                    # call per batch (nvbatch), ~2 min
 #   BASE=.cache/base bash scripts/bench/gpu_host.sh OUT_DIR versus [fixed|photos]  # the loader
 #                                 # alone from this tree and another, interleaved, ~1 min a row
 # bench builds two 32,000-image archives (ImageNet-like 500x375, and varied photos with a
@@ -236,12 +236,14 @@ dali() {  # DALI (bench_dali.py) and ours (bench.py, the defaults) on one 16,000
   fi
   export PYTHONPATH="$PYTHONPATH:$site"
   ensure_archive "$archive" --sizes "$kind" --images 16000
-  # Timed windows of 6 s: 80 steps of ResNet-18 (~1.6 s) read up to ~6 points apart.
-  python3 $here/bench_dali.py --archive "$archive" --models resnet18,resnet50 --warmup 100 \
+  # Timed windows of 6 s: 80 steps of ResNet-18 (~1.6 s) read up to ~6 points apart. 200
+  # untimed steps: decode="auto" times both paths on ~110 batches of an epoch (see trial); with
+  # 100, ResNet-18's window held its trial (photos 74.2% against 94.2% after it, 2026-11-27).
+  python3 $here/bench_dali.py --archive "$archive" --models resnet18,resnet50 --warmup 200 \
     --steps 2000 --max-seconds 6 --out "$out/dali-$kind.json" 2>&1 | grep --line-buffered -v "$quiet" \
     | grep -v "^Note:\|Failed to load" | tee "$out/dali-$kind.log" | tail -8
   python3 $here/bench.py --archive "$archive" --shards 0 --models resnet18,resnet50 \
-    --recipes ceiling,ours,loader --decode auto --warmup 100 --steps 2000 --max-seconds 6 \
+    --recipes ceiling,ours,loader --decode auto --warmup 200 --steps 2000 --max-seconds 6 \
     --out "$out/ours-$kind.json" 2>&1 | grep --line-buffered -v "$quiet" \
     | tee "$out/ours-$kind.log" | tail -9
 }
@@ -448,35 +450,39 @@ spy() {  # KIND: the loader alone, once as is and once with py-spy (its wheel in
 versus() {  # KIND: the loader alone from this tree and from $BASE (another commit's
   # imageloader/ and scripts/bench/, e.g. `git archive HEAD~1 imageloader scripts/bench |
   # tar -x -C .cache/base`, carried), interleaved, ROUNDS times (2), each --gpu-lanes of LANES;
-  # THIS_ARGS: more bench.py arguments for this tree's rows only (BASE may be this same tree).
+  # THIS_ARGS: more bench.py arguments for this tree's rows only; THIS_ENV, BASE_ENV:
+  # environment settings for each side's rows (BASE may be this same tree, BASE=.: e.g.
+  # BASE_ENV=IMAGELOADER_C_BATCH=0 times nvImageCodec's Python API against one C call).
   # MODELS (e.g. resnet18): that model trained from the loader instead of the loader alone.
-  local kind=$1 archive="$data/$1-16000.tgz" round tree lanes work
+  local kind=$1 archive="$data/$1-16000.tgz" round side tree lanes work
   local what="--models= --recipes loader" pick="loader alone"
   [ -n "${MODELS:-}" ] && what="--models $MODELS --recipes ours" pick="^ours "
   work=$(mktemp -d)
   [ -d "${BASE:-}/imageloader" ] || { echo "versus: BASE must hold another tree"; return 2; }
   ensure_archive "$archive" --sizes "$kind" --images 16000
   for round in $(seq "${ROUNDS:-2}"); do
-    for tree in "$BASE" .; do
+    for side in base this; do
+      if [ $side = this ]; then tree=.; else tree=$BASE; fi
       for lanes in ${LANES:-auto}; do
-        python3 "$tree/$here/bench.py" --archive "$archive" --shards 0 $what \
+        env $([ $side = this ] && echo "${THIS_ENV:-}" || echo "${BASE_ENV:-}") \
+          python3 "$tree/$here/bench.py" --archive "$archive" --shards 0 $what \
           --decode cuda --gpu-lanes "$lanes" --warmup 100 --steps 100000 \
           --max-seconds "${WINDOW:-10}" --out "$work/x.json" \
-          $([ "$tree" = . ] && echo "${THIS_ARGS:-}") 2>&1 | grep -a "$pick" \
-          | head -1 | sed "s|^|$kind round $round, $([ "$tree" = . ] && echo this || echo base): |"
+          $([ $side = this ] && echo "${THIS_ARGS:-}") 2>&1 | grep -a "$pick" \
+          | head -1 | sed "s|^|$kind round $round, $side: |"
       done
     done
   done
 }
 
-batchcall() {  # the Python around each decode call against one C call per batch
-  # (bench_batch_call.py, batch_decode.c), decoders alone, both kinds of data; BACKEND (hw)
+batchcall() {  # nvImageCodec's Python API against one C call per batch (bench_batch_call.py,
+  # imageloader/nvbatch.py), decoders alone, both kinds of data; ENGINE (hw)
   local kind archive
   for kind in fixed photos; do
     archive="$data/$kind-16000.tgz"
     ensure_archive "$archive" --sizes "$kind" --images 16000
     python3 $here/bench_batch_call.py --archive "$archive" --images 4096 \
-      --backend "${BACKEND:-hw}" --out "$out/batchcall-$kind.json" 2>&1 \
+      --engine "${ENGINE:-hw}" --out "$out/batchcall-$kind.json" 2>&1 \
       | grep --line-buffered -v "$quiet" | tee "$out/batchcall-$kind.log" | tail -4
   done
 }

@@ -1,11 +1,11 @@
-/* One C call per batch into nvImageCodec's C API: a prototype that measures what the Python
- * around each decode call costs (bench_batch_call.py builds and drives it).
+/* One C call per batch into nvImageCodec's C API (imageloader/nvbatch.py builds and drives it).
  *
- * The loader's lane makes, per JPEG, an nv.CodeStream object and, after decoding, reads each
- * image's address through its __cuda_array_interface__: ~500 Python calls per 256-image batch
- * (results/2026-11-26-h200-spy: 20-40% of the lane thread). Here the batch is an arena and
- * offsets: code streams and images are kept handles, re-initialised in C for each batch, and the
- * outputs are planar RGB at caller-given addresses (one buffer, offsets computed in numpy). */
+ * The Python way makes, per JPEG, an nv.CodeStream object and, after decoding, reads each image's
+ * address through its __cuda_array_interface__: ~500 Python calls per 256-image batch, 20-40% of a
+ * decoding lane's thread (scripts/bench/results/2026-11-26-h200-spy). Here a batch is addresses
+ * and sizes: code streams and images are kept handles, re-initialised in place for each batch
+ * (nvImageCodec reuses a non-NULL handle), and the outputs are planar at caller-given addresses
+ * (one buffer, offsets computed in numpy). ctypes releases the GIL for each call. */
 #include <stddef.h> /* before nvimgcodec.h, which uses ptrdiff_t without it */
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,14 +21,17 @@ typedef struct {
     int on_device;
 } Batcher;
 
+void bd_destroy(Batcher* b);
+
 static void zero_info(nvimgcodecImageInfo_t* info) {
     memset(info, 0, sizeof(*info));
     info->struct_type = NVIMGCODEC_STRUCTURE_TYPE_IMAGE_INFO;
     info->struct_size = sizeof(*info);
 }
 
-/* backend: an nvimgcodecBackendKind_t (1 CPU, 2 GPU, 3 hybrid, 4 hardware engines); device: a
- * CUDA device index, or NVIMGCODEC_DEVICE_CPU_ONLY. Returns 0 and *out, or an nvImageCodec status. */
+/* backend: an nvimgcodecBackendKind_t (1 CPU, 2 GPU, 3 hybrid, 4 hardware engines), or 0 for
+ * every backend, nvImageCodec choosing per image; device: a CUDA device index, or
+ * NVIMGCODEC_DEVICE_CPU_ONLY. Returns 0 and *out, or an nvImageCodec status (-1: no memory). */
 int bd_create(const char* extensions, int device, int backend, int threads, const char* options,
               int capacity, Batcher** out) {
     Batcher* b = calloc(1, sizeof(Batcher));
@@ -45,11 +48,12 @@ int bd_create(const char* extensions, int device, int backend, int threads, cons
     kind.params.struct_type = NVIMGCODEC_STRUCTURE_TYPE_BACKEND_PARAMS;
     kind.params.struct_size = sizeof(kind.params);
     kind.params.load_hint = 1.0f;
-    nvimgcodecExecutionParams_t exec = {NVIMGCODEC_STRUCTURE_TYPE_EXECUTION_PARAMS, sizeof(exec), NULL};
+    nvimgcodecExecutionParams_t exec = {NVIMGCODEC_STRUCTURE_TYPE_EXECUTION_PARAMS, sizeof(exec),
+                                        NULL};
     exec.device_id = device;
     exec.max_num_cpu_threads = threads;
-    exec.num_backends = 1;
-    exec.backends = &kind;
+    exec.num_backends = backend ? 1 : 0;
+    exec.backends = backend ? &kind : NULL;
     status = nvimgcodecDecoderCreate(b->instance, &b->decoder, &exec, options);
     if (status != NVIMGCODEC_STATUS_SUCCESS) {
         nvimgcodecInstanceDestroy(b->instance);
@@ -59,19 +63,38 @@ int bd_create(const char* extensions, int device, int backend, int threads, cons
     b->capacity = capacity;
     b->streams = calloc(capacity, sizeof(nvimgcodecCodeStream_t));
     b->images = calloc(capacity, sizeof(nvimgcodecImage_t));
+    if (!b->streams || !b->images) {
+        bd_destroy(b);
+        return -1;
+    }
     b->on_device = device != NVIMGCODEC_DEVICE_CPU_ONLY;
     *out = b;
     return 0;
 }
 
-/* Parse n JPEGs at arena + offsets[i] (lengths[i] bytes): sizes[2i], sizes[2i+1] = height,
+/* Room for batches of `capacity` JPEGs: more kept handles (the new ones NULL until used). */
+int bd_reserve(Batcher* b, int capacity) {
+    if (capacity <= b->capacity) return 0;
+    nvimgcodecCodeStream_t* streams = realloc(b->streams, sizeof(*streams) * capacity);
+    if (streams) b->streams = streams;
+    nvimgcodecImage_t* images = realloc(b->images, sizeof(*images) * capacity);
+    if (images) b->images = images;
+    if (!streams || !images) return -1;
+    memset(streams + b->capacity, 0, sizeof(*streams) * (capacity - b->capacity));
+    memset(images + b->capacity, 0, sizeof(*images) * (capacity - b->capacity));
+    b->capacity = capacity;
+    return 0;
+}
+
+/* Parse n JPEGs at addresses[i] (lengths[i] bytes): sizes[2i], sizes[2i+1] = height,
  * width, or 0, 0 where the header cannot be parsed. The parsed streams are kept for bd_decode. */
-int bd_parse(Batcher* b, const unsigned char* arena, const int64_t* offsets,
-             const int64_t* lengths, int n, int32_t* sizes) {
+int bd_parse(Batcher* b, const uint64_t* addresses, const int64_t* lengths, int n,
+             int32_t* sizes) {
     if (n > b->capacity) return -1;
     for (int i = 0; i < n; i++) {
         sizes[2 * i] = sizes[2 * i + 1] = 0;
-        if (nvimgcodecCodeStreamCreateFromHostMem(b->instance, &b->streams[i], arena + offsets[i],
+        const unsigned char* data = (const unsigned char*)(uintptr_t)addresses[i];
+        if (nvimgcodecCodeStreamCreateFromHostMem(b->instance, &b->streams[i], data,
                                                   (size_t)lengths[i], NULL)
             != NVIMGCODEC_STATUS_SUCCESS)
             continue;
@@ -85,14 +108,22 @@ int bd_parse(Batcher* b, const unsigned char* arena, const int64_t* offsets,
     return 0;
 }
 
-/* Decode the n parsed JPEGs (those with sizes) into planar RGB at outputs[i] (3 x h x w bytes,
- * rows of w), on cuda_stream; status[i]: 1 decoded, 0 not. One call into the decoder. */
-int bd_decode(Batcher* b, int n, const int32_t* sizes, const uint64_t* outputs, void* cuda_stream,
-              int32_t* status) {
+/* Decode the n parsed JPEGs (those with sizes) into planar sRGB (channels 3) or grey (1) at
+ * outputs[i] (channels x h x w bytes, rows of w), ordered on cuda_stream: nvImageCodec waits for
+ * the work queued there before writing and makes it wait for the decode after. status[i]: 1
+ * decoded, 0 not (a layout this backend refuses, corrupt data). One call into the decoder. */
+int bd_decode(Batcher* b, int n, int channels, const int32_t* sizes, const uint64_t* outputs,
+              void* cuda_stream, int32_t* status) {
     if (n > b->capacity) return -1;
     nvimgcodecCodeStream_t* streams = malloc(sizeof(nvimgcodecCodeStream_t) * (n ? n : 1));
     nvimgcodecImage_t* images = malloc(sizeof(nvimgcodecImage_t) * (n ? n : 1));
     int* which = malloc(sizeof(int) * (n ? n : 1));
+    if (!streams || !images || !which) {
+        free(streams);
+        free(images);
+        free(which);
+        return -1;
+    }
     int count = 0;
     for (int i = 0; i < n; i++) {
         status[i] = 0;
@@ -100,11 +131,13 @@ int bd_decode(Batcher* b, int n, const int32_t* sizes, const uint64_t* outputs, 
         if (!h || !w) continue;
         nvimgcodecImageInfo_t info;
         zero_info(&info);
-        info.color_spec = NVIMGCODEC_COLORSPEC_SRGB;
-        info.chroma_subsampling = NVIMGCODEC_SAMPLING_NONE;
-        info.sample_format = NVIMGCODEC_SAMPLEFORMAT_P_RGB;
-        info.num_planes = 3;
-        for (int p = 0; p < 3; p++) {
+        info.color_spec = channels == 1 ? NVIMGCODEC_COLORSPEC_GRAY : NVIMGCODEC_COLORSPEC_SRGB;
+        info.chroma_subsampling =
+            channels == 1 ? NVIMGCODEC_SAMPLING_GRAY : NVIMGCODEC_SAMPLING_NONE;
+        info.sample_format =
+            channels == 1 ? NVIMGCODEC_SAMPLEFORMAT_P_Y : NVIMGCODEC_SAMPLEFORMAT_P_RGB;
+        info.num_planes = (uint32_t)channels;
+        for (int p = 0; p < channels; p++) {
             nvimgcodecImagePlaneInfo_t* plane = &info.plane_info[p];
             plane->struct_type = NVIMGCODEC_STRUCTURE_TYPE_IMAGE_PLANE_INFO;
             plane->struct_size = sizeof(*plane);
@@ -127,16 +160,18 @@ int bd_decode(Batcher* b, int n, const int32_t* sizes, const uint64_t* outputs, 
     }
     int result = 0;
     if (count) {
-        nvimgcodecDecodeParams_t params = {NVIMGCODEC_STRUCTURE_TYPE_DECODE_PARAMS, sizeof(params), NULL};
+        nvimgcodecDecodeParams_t params = {NVIMGCODEC_STRUCTURE_TYPE_DECODE_PARAMS,
+                                           sizeof(params), NULL};
         nvimgcodecFuture_t future;
         result = nvimgcodecDecoderDecode(b->decoder, streams, images, count, &params, &future);
         if (result == NVIMGCODEC_STATUS_SUCCESS) {
             nvimgcodecFutureWaitForAll(future);
             nvimgcodecProcessingStatus_t* done = malloc(sizeof(*done) * count);
             size_t got = 0;
-            nvimgcodecFutureGetProcessingStatus(future, done, &got);
-            for (size_t k = 0; k < got; k++)
-                status[which[k]] = done[k] == NVIMGCODEC_PROCESSING_STATUS_SUCCESS;
+            if (done && nvimgcodecFutureGetProcessingStatus(future, done, &got)
+                            == NVIMGCODEC_STATUS_SUCCESS)
+                for (size_t k = 0; k < got && k < (size_t)count; k++)
+                    status[which[k]] = done[k] == NVIMGCODEC_PROCESSING_STATUS_SUCCESS;
             free(done);
             nvimgcodecFutureDestroy(future);
         }
@@ -150,8 +185,8 @@ int bd_decode(Batcher* b, int n, const int32_t* sizes, const uint64_t* outputs, 
 void bd_destroy(Batcher* b) {
     if (!b) return;
     for (int i = 0; i < b->capacity; i++) {
-        if (b->images[i]) nvimgcodecImageDestroy(b->images[i]);
-        if (b->streams[i]) nvimgcodecCodeStreamDestroy(b->streams[i]);
+        if (b->images && b->images[i]) nvimgcodecImageDestroy(b->images[i]);
+        if (b->streams && b->streams[i]) nvimgcodecCodeStreamDestroy(b->streams[i]);
     }
     free(b->images);
     free(b->streams);

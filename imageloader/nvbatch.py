@@ -1,0 +1,221 @@
+"""nvImageCodec's decode of a whole batch in one C call: nvbatch.c, built at first use.
+
+The Python way around nvImageCodec's batched decode makes an nv.CodeStream per JPEG, sorts
+them, decodes into kept images and reads each image's address back through its array
+interface: ~500 Python calls per batch of 256, 20-40% of a decoding lane's thread, which is the
+loader's wall (scripts/bench/results/2026-11-26-h200-spy). With nvbatch.c the lane makes two
+C calls per batch (parse, decode) that take addresses and sizes in numpy arrays and decode into
+one device buffer at offsets; ctypes lets go of the GIL for each, so lanes decode side by side.
+H200, 16 cores (scripts/bench/results/2026-11-27-h200-cbatch, `gpu_host.sh OUT versus` with
+IMAGELOADER_C_BATCH=0 on one side): the loader alone 18,400-18,600 -> 22,000-23,600 img/s on
+ImageNet-like data, 11,300-11,900 -> 12,100-12,900 on photos; with two split lanes 31,200 and
+15,100 (the Python API: 19,700 and 12,800). Decoders alone (bench_batch_call.py), ImageNet-like:
+25,900 -> 34,100 img/s, the lane thread's CPU 9.8 -> 7.5 ms per batch of 256.
+
+Built like Triton builds its launchers: with the C compiler (CC, cc or gcc) against the header
+and library in nvImageCodec's wheel (a stand-in declares cudaStream_t, so no CUDA toolkit is
+needed), into the user's cache folder under a name keyed by the source, the header and the
+library, written to a temporary name and renamed into place (two processes building at once
+both succeed). Where it cannot be built or loaded (no compiler, another nvImageCodec layout),
+`library()` says why once in the log and returns None: gpujpeg.NvImageCodecJpeg keeps the
+Python way. IMAGELOADER_C_BATCH=0 in the environment also keeps it (A/B benchmarks).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .cache import default_cache_folder
+
+log = logging.getLogger(__name__)
+SOURCE = Path(__file__).with_name("nvbatch.c")
+SWITCH = "IMAGELOADER_C_BATCH"
+# nvimgcodecBackendKind_t, and 0: every backend (nvImageCodec's choice per image).
+BACKEND_KINDS = {"all": 0, "cpu": 1, "gpu": 2, "hybrid": 3, "hw": 4}
+CPU_ONLY_DEVICE = -99999  # NVIMGCODEC_DEVICE_CPU_ONLY
+CUDA_STUB = "typedef struct CUstream_st* cudaStream_t;\n"
+GROWTH = 1.25  # the output buffer grows by this much over what a batch needs
+
+
+def enabled() -> bool:
+    return os.environ.get(SWITCH, "1") != "0"
+
+
+@functools.lru_cache(maxsize=None)
+def library() -> ctypes.CDLL | None:
+    """nvbatch.c built and loaded, or None (logged once) where it cannot be."""
+    try:
+        return _declare(ctypes.CDLL(str(_built())))
+    except Exception as error:  # no compiler, no header, a layout we do not know
+        log.warning("imageloader: nvImageCodec's one-call batch decode is unavailable (%s); "
+                    "decoding through its Python API", error)
+        return None
+
+
+def _wheel_folder() -> Path:
+    from nvidia import nvimgcodec
+    return Path(nvimgcodec.__file__).resolve().parent
+
+
+def _built() -> Path:
+    folder = _wheel_folder()
+    header, lib = folder / "include" / "nvimgcodec.h", folder / "libnvimgcodec.so.0"
+    key = hashlib.sha256()
+    for part in (SOURCE.read_bytes(), header.read_bytes(), str(lib.resolve()).encode(),
+                 str(lib.stat().st_mtime_ns).encode()):
+        key.update(part)
+    target = Path(default_cache_folder()) / f"nvbatch-{key.hexdigest()[:16]}.so"
+    if not target.exists():
+        _compile(folder, header.parent, lib, target)
+    return target
+
+
+def _compile(wheel: Path, include: Path, lib: Path, target: Path) -> None:
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not compiler:
+        raise RuntimeError("no C compiler (set CC, or install cc or gcc)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as work:
+        Path(work, "cuda_runtime_api.h").write_text(CUDA_STUB)
+        built = Path(work, target.name)
+        run = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-I", work, "-I", str(include),
+                              str(SOURCE), str(lib), f"-Wl,-rpath,{wheel}", "-o", str(built)],
+                             capture_output=True, text=True)
+        if run.returncode:
+            raise RuntimeError(f"{compiler} failed on {SOURCE.name}: {run.stderr.strip()[-500:]}")
+        os.replace(built, target)  # atomic: a process building beside us wrote the same bytes
+
+
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    p, i = ctypes.c_void_p, ctypes.c_int
+    lib.bd_create.argtypes = [ctypes.c_char_p, i, i, i, ctypes.c_char_p, i, ctypes.POINTER(p)]
+    lib.bd_reserve.argtypes = [p, i]
+    lib.bd_parse.argtypes = [p, p, p, i, p]
+    lib.bd_decode.argtypes = [p, i, i, p, p, p, p]
+    lib.bd_destroy.argtypes = [p]
+    return lib
+
+
+class Decoded:
+    """One decoded image inside a batch's buffer, C x H x W uint8, read by address: `geometry`
+    as gpucrop.image_geometry gives it, and the array interfaces torch and numpy view it by.
+    It holds the buffer, so a view made from it keeps the memory allocated; the decoder writes
+    the next batch into the same buffer in stream order (after the crops queued before)."""
+
+    __slots__ = ("geometry", "channels", "buffer")
+
+    def __init__(self, geometry: tuple, channels: int, buffer: torch.Tensor):
+        self.geometry, self.channels, self.buffer = geometry, channels, buffer
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self.channels, self.geometry[1], self.geometry[2]
+
+    def _interface(self) -> dict:
+        return {"shape": self.shape, "typestr": "|u1", "data": (self.geometry[0], False),
+                "strides": None, "version": 3}
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        if not self.buffer.is_cuda:
+            raise AttributeError("a host image has no CUDA array interface")
+        return self._interface()
+
+    @property
+    def __array_interface__(self) -> dict:
+        if self.buffer.is_cuda:
+            raise AttributeError("a device image has no host array interface")
+        return self._interface()
+
+
+class BatchDecoder:
+    """An nvImageCodec decoder (one backend, or "all") driven through nvbatch.c: decode(datas)
+    returns, per JPEG, a `Decoded` or None (its header did not parse, or the backend refused
+    it). Calls from one thread at a time: the handles are reused by every call."""
+
+    def __init__(self, lib: ctypes.CDLL, device: torch.device, backend: str,
+                 threads: int | None, options: str, channels: int, capacity: int = 256):
+        self.lib, self.device, self.channels = lib, device, channels
+        on_gpu = device.type == "cuda"
+        self.capacity = capacity
+        handle = ctypes.c_void_p()
+        status = lib.bd_create(str(_wheel_folder() / "extensions").encode(),
+                               (device.index or 0) if on_gpu else CPU_ONLY_DEVICE,
+                               BACKEND_KINDS[backend if on_gpu else "cpu"], threads or 0,
+                               options.encode(), capacity, ctypes.byref(handle))
+        if status:
+            raise RuntimeError(f"nvImageCodec decoder ({backend}) could not be made: status "
+                               f"{status}")
+        self.handle = handle
+        self.buffer: torch.Tensor | None = None
+        self.sizes = np.zeros((capacity, 2), np.int32)
+        self.status = np.zeros(capacity, np.int32)
+
+    def decode(self, datas: list[np.ndarray]) -> list:
+        n = len(datas)
+        if not n:
+            return []
+        if n > self.capacity:
+            self._reserve(n)
+        starts = np.fromiter((d.__array_interface__["data"][0] for d in datas), np.uint64, n)
+        lengths = np.fromiter((d.nbytes for d in datas), np.int64, n)
+        self.lib.bd_parse(self.handle, starts.ctypes.data, lengths.ctypes.data, n,
+                          self.sizes.ctypes.data)
+        sizes = self.sizes[:n].astype(np.int64)
+        nbytes = self.channels * sizes[:, 0] * sizes[:, 1]
+        offsets = np.concatenate([[0], np.cumsum(nbytes)[:-1]])
+        buffer = self._buffer(int(nbytes.sum()))
+        addresses = (buffer.data_ptr() + offsets).astype(np.uint64)
+        result = self.lib.bd_decode(self.handle, n, self.channels, self.sizes.ctypes.data,
+                                    addresses.ctypes.data, ctypes.c_void_p(self._stream()),
+                                    self.status.ctypes.data)
+        if result:
+            raise RuntimeError(f"nvImageCodec's batch decode failed: status {result}")
+        return self._images(buffer, addresses, sizes, self.status[:n].astype(bool))
+
+    def _reserve(self, capacity: int) -> None:
+        """Handles for a larger batch than any so far (one batch shares one buffer, so it is
+        never decoded in parts)."""
+        if self.lib.bd_reserve(self.handle, capacity):
+            raise MemoryError(f"no memory for {capacity} nvImageCodec handles")
+        self.capacity = capacity
+        self.sizes = np.zeros((capacity, 2), np.int32)
+        self.status = np.zeros(capacity, np.int32)
+
+    def _images(self, buffer, addresses, sizes, done) -> list:
+        plane = sizes[:, 0] * sizes[:, 1]
+        table = np.stack([addresses.astype(np.int64), sizes[:, 0], sizes[:, 1],
+                          plane, sizes[:, 1], np.ones_like(plane)], axis=1).tolist()
+        return [Decoded(tuple(row), self.channels, buffer) if ok else None
+                for row, ok in zip(table, done)]
+
+    def _buffer(self, nbytes: int) -> torch.Tensor:
+        """The output buffer, grown when a batch needs more. The old one is freed to torch's
+        caching allocator in stream order: only work queued after this batch's can reuse it,
+        and the views of it that are still held keep it."""
+        if self.buffer is None or self.buffer.numel() < nbytes:
+            self.buffer = torch.empty(int(nbytes * GROWTH) + 1, dtype=torch.uint8,
+                                      device=self.device)
+        return self.buffer
+
+    def _stream(self) -> int:
+        return torch.cuda.current_stream(self.device).cuda_stream \
+            if self.device.type == "cuda" else 0
+
+    def close(self) -> None:
+        if self.handle:
+            self.lib.bd_destroy(self.handle)
+            self.handle = None
+
+    def __del__(self):
+        self.close()

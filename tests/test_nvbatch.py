@@ -1,0 +1,176 @@
+"""nvbatch: nvImageCodec's decode of a whole batch in one C call, built at first use.
+
+Here on nvImageCodec's CPU backend (libjpeg-turbo), against its Python API on the same JPEGs;
+tests/test_gpudecode.py runs both ways on CUDA, through the whole GPU stage and with a busy GPU.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from imageloader import nvbatch
+from imageloader.gpucrop import image_geometry
+from imageloader.gpujpeg import NvImageCodecJpeg
+from test_gpujpeg import as_array, jpeg, pillow_chw
+
+pytest.importorskip("nvidia.nvimgcodec", reason="nvidia-nvimgcodec not installed")
+pytestmark = pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")),
+                                reason="needs a C compiler")
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def fresh_build(tmp_path, monkeypatch):
+    """nvbatch built anew into an empty cache folder (and forgotten again afterwards)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    nvbatch.library.cache_clear()
+    yield tmp_path / "imageloader"
+    nvbatch.library.cache_clear()
+
+
+def layouts() -> list[bytes]:
+    """Every chroma subsampling, grey, odd sizes, one large."""
+    return [jpeg(1, (64, 48), 2), jpeg(2, (48, 64), 1), jpeg(3, (33, 17), 0),
+            jpeg(4, (40, 40), mode="L"), jpeg(5, (640, 360)), jpeg(6, (7, 5))]
+
+
+def pixels(image) -> np.ndarray:
+    return np.array(image)
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L"])
+def test_one_call_gives_the_python_apis_pixels_for_every_layout(mode):
+    files = [as_array(d) for d in layouts()]
+    one_call = NvImageCodecJpeg(CPU, mode, one_call=True)
+    python = NvImageCodecJpeg(CPU, mode, one_call=False)
+    assert one_call.batch is not None and python.batch is None
+    for _ in range(2):  # the second batch into the buffer the first one grew
+        ours, theirs = one_call.decode(files), python.decode(files)
+        for data, a, b in zip(layouts(), ours, theirs):
+            assert isinstance(a, nvbatch.Decoded)
+            assert a.shape == (3 if mode == "RGB" else 1, *pillow_chw(data).shape[1:])
+            assert np.array_equal(pixels(a), pixels(b))
+            if mode == "RGB":
+                assert np.abs(pixels(a).astype(int) - pillow_chw(data)).max() <= 1
+
+
+def test_geometry_is_the_address_and_strides_of_each_planar_image():
+    files = [jpeg(1, (64, 48)), jpeg(2, (30, 20))]
+    first, second = NvImageCodecJpeg(CPU, "RGB", one_call=True).decode(
+        [as_array(d) for d in files])
+    address, height, width, channel, row, column = image_geometry(first)
+    assert (height, width, channel, row, column) == (48, 64, 48 * 64, 64, 1)
+    assert image_geometry(second)[0] == address + 3 * 48 * 64  # packed one after the other
+    assert first.__array_interface__["data"][0] == address
+    with pytest.raises(AttributeError, match="host image"):
+        first.__cuda_array_interface__
+
+
+def test_what_cannot_be_decoded_is_none_and_the_rest_is_decoded():
+    good = jpeg(1, (64, 48))
+    files = [good, b"not a jpeg at all" * 4, good[:len(good) // 3], good, b""]
+    images = NvImageCodecJpeg(CPU, "RGB", one_call=True).decode([as_array(d) for d in files])
+    assert [image is None for image in images] == [False, True, True, False, True]
+    for image in (images[0], images[3]):
+        assert np.abs(pixels(image).astype(int) - pillow_chw(good)).max() <= 1
+
+
+def test_a_batch_larger_than_any_before_gets_more_handles_and_one_buffer():
+    decoder = NvImageCodecJpeg(CPU, "RGB", one_call=True)
+    lib, device = decoder.batch.lib, decoder.batch.device
+    decoder.batch.close()
+    decoder.batch = nvbatch.BatchDecoder(lib, device, "cpu", None, "", 3, capacity=4)
+    for count in (3, 10, 4):
+        files = [jpeg(count + k, (16 + 4 * k, 12)) for k in range(count)]
+        images = decoder.decode([as_array(d) for d in files])
+        for data, image in zip(files, images):
+            assert np.abs(pixels(image).astype(int) - pillow_chw(data)).max() <= 1
+    assert decoder.batch.capacity == 10
+
+
+def test_views_of_an_earlier_batch_survive_the_buffer_growing():
+    """A larger batch replaces the buffer; what still views the old one keeps it alive."""
+    decoder = NvImageCodecJpeg(CPU, "RGB", one_call=True)
+    small = jpeg(1, (32, 24))
+    kept_view = np.asarray(decoder.decode([as_array(small)])[0])
+    old_buffer = decoder.batch.buffer
+    big = [jpeg(k, (400, 300)) for k in range(3)]
+    decoder.decode([as_array(d) for d in big])
+    assert decoder.batch.buffer is not old_buffer
+    assert np.abs(kept_view.astype(int) - pillow_chw(small)).max() <= 1
+
+
+def test_the_engines_refusals_are_decoded_again_with_every_backend(monkeypatch):
+    """One C call on the engines ("hw") marks what they refuse None; the lane decodes those
+    once more through the Python API with every backend, into the same positions."""
+    decoder = NvImageCodecJpeg(CPU, "RGB", engine="hw", one_call=True)
+    files = [jpeg(k, (40 + 8 * k, 30)) for k in range(4)]
+    first = decoder.batch.decode
+
+    def engines_refuse_the_odd_ones(datas):
+        return [None if k % 2 else image for k, image in enumerate(first(datas))]
+    monkeypatch.setattr(decoder.batch, "decode", engines_refuse_the_odd_ones)
+    images = decoder.decode([as_array(d) for d in files])
+    assert decoder._fallback is not None
+    for data, image in zip(files, images):
+        assert np.abs(pixels(image).astype(int) - pillow_chw(data)).max() <= 1
+    assert decoder.decode([as_array(b"not a jpeg" * 8)]) == [None]
+    assert decoder.decode([as_array(d) for d in files], retry=False)[1] is None
+
+
+def test_it_is_built_once_into_the_cache_and_loaded_from_there(fresh_build):
+    assert nvbatch.library() is not None
+    built = list(fresh_build.glob("nvbatch-*.so"))
+    assert len(built) == 1 and not list(fresh_build.glob("tmp*"))  # no leftovers
+    stamp = built[0].stat().st_mtime_ns
+    nvbatch.library.cache_clear()
+    assert nvbatch.library() is not None
+    assert built[0].stat().st_mtime_ns == stamp  # loaded, not built again
+
+
+def test_builders_racing_each_other_all_get_a_working_library(fresh_build):
+    paths, errors = [], []
+
+    def build():
+        try:
+            paths.append(nvbatch._built())
+        except Exception as error:  # pragma: no cover - the failure this test looks for
+            errors.append(error)
+    threads = [threading.Thread(target=build) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and len(set(paths)) == 1
+    assert len(list(fresh_build.glob("nvbatch-*.so"))) == 1
+
+
+def test_without_a_compiler_the_python_api_decodes_and_the_log_says_why(
+        fresh_build, monkeypatch, caplog):
+    monkeypatch.setenv("CC", "no-such-compiler-here")
+    monkeypatch.setattr(nvbatch.subprocess, "run", _no_compiler)
+    with caplog.at_level(logging.WARNING, logger="imageloader.nvbatch"):
+        decoder = NvImageCodecJpeg(CPU, "RGB")
+    assert decoder.batch is None and decoder.decoder is not None
+    assert "one-call batch decode is unavailable" in caplog.text
+    assert "no-such-compiler-here" in caplog.text
+    image = decoder.decode([as_array(jpeg(1, (20, 10)))])[0]
+    assert pixels(image).shape == (3, 10, 20)
+    with pytest.raises(RuntimeError, match="unavailable here"):
+        NvImageCodecJpeg(CPU, "RGB", one_call=True)
+
+
+def _no_compiler(command, **kwargs):
+    raise FileNotFoundError(2, "No such file or directory", command[0])
+
+
+def test_the_environment_switch_keeps_the_python_api(monkeypatch):
+    monkeypatch.setenv(nvbatch.SWITCH, "0")
+    assert NvImageCodecJpeg(CPU, "RGB").batch is None
+    monkeypatch.delenv(nvbatch.SWITCH)
+    assert NvImageCodecJpeg(CPU, "RGB").batch is not None
