@@ -139,8 +139,8 @@ class GpuDecode:
                 for image, data, s in zip(images, datas, slots)]
 
     def _decode_one(self, data: np.ndarray, seed: int):
-        try:
-            image = self.jpeg.decode([data])[0]
+        try:  # fresh: not into the memory that holds this batch's other images
+            image = self.jpeg.decode([data], fresh=True)[0]
         except RuntimeError:
             image = None
         if image is None:

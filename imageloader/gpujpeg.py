@@ -83,12 +83,15 @@ _NVJPEG_WHEEL_LIBS = ("nvidia/cu13/lib/libnvjpeg.so.13", "nvidia/nvjpeg/lib/libn
 class JpegDecoder(Protocol):
     """decode(datas) -> one (C, H, W) uint8 image per JPEG on the current stream, or None
     where that JPEG could not be decoded; raises RuntimeError when the whole call failed.
+    With `fresh`, into new memory: a decoder that decodes each batch into memory it kept (the
+    last batch's) must then leave that alone, because the batch's crops have yet to read it
+    (GpuDecode retries one JPEG in the middle of a batch so).
     `stream_ordered`: whether it writes its outputs in the current stream's order."""
 
     name: str
     stream_ordered: bool
 
-    def decode(self, datas: list[np.ndarray]) -> list: ...
+    def decode(self, datas: list[np.ndarray], fresh: bool = False) -> list: ...
 
 
 class TorchvisionJpeg:
@@ -104,8 +107,9 @@ class TorchvisionJpeg:
         self.device, self._decode = device, decode_jpeg
         self._mode = ImageReadMode.RGB if mode == "RGB" else ImageReadMode.GRAY
 
-    def decode(self, datas: list[np.ndarray]) -> list:
-        # One call for the whole list: nvJPEG's batched decoder, on the current stream.
+    def decode(self, datas: list[np.ndarray], fresh: bool = False) -> list:
+        # One call for the whole list: nvJPEG's batched decoder, on the current stream; new
+        # tensors every time (fresh or not).
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             return self._decode([torch.from_numpy(d) for d in datas], mode=self._mode,
@@ -121,7 +125,7 @@ class TorchCodecJpeg:
         self.device, self._decode, self._mode = device, decode_jpeg, \
             "RGB" if mode == "RGB" else "GRAY"
 
-    def decode(self, datas: list[np.ndarray]) -> list:
+    def decode(self, datas: list[np.ndarray], fresh: bool = False) -> list:
         return self._decode([torch.from_numpy(d) for d in datas], mode=self._mode,
                             device=self.device)
 
@@ -198,12 +202,12 @@ class NvImageCodecJpeg:
         return nvbatch.BatchDecoder(lib, self.device, backend, threads, options,
                                     channels=3 if self.mode == "RGB" else 1)
 
-    def decode(self, datas: list[np.ndarray], retry: bool = True) -> list:
-        """Per JPEG, its decoded image (C x H x W, by array interface) or None. With the
-        engines alone ("hw") what they refuse is decoded once more with every backend,
-        unless `retry` is False."""
+    def decode(self, datas: list[np.ndarray], fresh: bool = False, retry: bool = True) -> list:
+        """Per JPEG, its decoded image (C x H x W, by array interface) or None; with `fresh`
+        into new memory, the kept buffer or images untouched. With the engines alone ("hw")
+        what they refuse is decoded once more with every backend, unless `retry` is False."""
         if self.batch is not None:
-            out = self.batch.decode(datas)
+            out = self.batch.decode(datas, fresh=fresh)
             # None: refused by the engines, or a header that did not parse
             if retry and self.engine == "hw" and None in out:
                 self._decode_refused([self._code_stream(d) if image is None else None
@@ -212,7 +216,7 @@ class NvImageCodecJpeg:
         streams = [self._code_stream(d) for d in datas]
         order = sorted(range(len(streams)), key=lambda i: -_pixels(streams[i]))
         todo = [streams[i] for i in order if streams[i] is not None]
-        images = self._decode(todo) if todo else []
+        images = self._decode(todo, fresh) if todo else []
         out: list = [None] * len(datas)
         for i, image in zip([i for i in order if streams[i] is not None], images):
             out[i] = image
@@ -246,12 +250,14 @@ class NvImageCodecJpeg:
         return torch.cuda.current_stream(self.device).cuda_stream \
             if self.device.type == "cuda" else 0
 
-    def _decode(self, streams: list) -> list:
-        reuse = self.kept[:len(streams)] if len(self.kept) >= len(streams) else None
+    def _decode(self, streams: list, fresh: bool = False) -> list:
+        reuse = self.kept[:len(streams)] if len(self.kept) >= len(streams) and not fresh \
+            else None
         images = self.decoder.decode(streams, params=self.params, cuda_stream=self._stream(),
                                      **({"images": reuse} if reuse else {}))
-        if reuse is None:  # first call, or a longer list: these become the kept ones (the
-            # old ones are freed in stream order); a failed one leaves a gap until next time
+        if reuse is None and not fresh:  # first call, or a longer list: these become the
+            # kept ones (the old ones are freed in stream order); a failed one leaves a gap
+            # until next time
             self.kept = [image for image in images if image is not None]
         return images
 
@@ -298,7 +304,7 @@ class SplitJpeg:
         """The helper's share over the last batches (up to 1,000)."""
         return float(np.mean(self.shares)) if self.shares else self.share
 
-    def decode(self, datas: list[np.ndarray]) -> list:
+    def decode(self, datas: list[np.ndarray], fresh: bool = False) -> list:
         n = len(datas)
         sizes = [len(data) for data in datas]
         # By bytes (no header parsed here), the helper's end of the batch first: its share
@@ -307,11 +313,11 @@ class SplitJpeg:
         count = self._helper_count(sizes)
         theirs, mine = order[:count], order[count:]
         helped = self._pool.submit(self._help, [datas[i] for i in theirs],
-                                   self._mark()) if theirs else None
+                                   self._mark(), fresh) if theirs else None
         started = time.perf_counter()
         out: list = [None] * n
         try:
-            for i, image in zip(mine, self.first.decode([datas[i] for i in mine])):
+            for i, image in zip(mine, self.first.decode([datas[i] for i in mine], fresh)):
                 out[i] = image
         finally:  # the helper's images are waited for even when ours failed
             first_s = time.perf_counter() - started
@@ -371,14 +377,14 @@ class SplitJpeg:
         event.record(torch.cuda.current_stream(self.device))
         return event
 
-    def _help(self, datas: list[np.ndarray], after) -> tuple[list, float, object]:
+    def _help(self, datas: list[np.ndarray], after, fresh: bool) -> tuple[list, float, object]:
         if self._side is None:
             started = time.perf_counter()
-            return self.helper.decode(datas), time.perf_counter() - started, None
+            return self.helper.decode(datas, fresh), time.perf_counter() - started, None
         with torch.cuda.stream(self._side):
             self._side.wait_event(after)
             started = time.perf_counter()
-            images = self.helper.decode(datas)
+            images = self.helper.decode(datas, fresh)
             seconds = time.perf_counter() - started
             done = torch.cuda.Event()
             done.record(self._side)

@@ -161,7 +161,9 @@ class BatchDecoder:
         self.sizes = np.zeros((capacity, 2), np.int32)
         self.status = np.zeros(capacity, np.int32)
 
-    def decode(self, datas: list[np.ndarray]) -> list:
+    def decode(self, datas: list[np.ndarray], fresh: bool = False) -> list:
+        """With `fresh`, into a new buffer: the kept one may still hold images that crops
+        queued on the stream have yet to read (a JPEG retried alone in the middle of a batch)."""
         n = len(datas)
         if not n:
             return []
@@ -174,7 +176,8 @@ class BatchDecoder:
         sizes = self.sizes[:n].astype(np.int64)
         nbytes = self.channels * sizes[:, 0] * sizes[:, 1]
         offsets = np.concatenate([[0], np.cumsum(nbytes)[:-1]])
-        buffer = self._buffer(int(nbytes.sum()))
+        buffer = self._new_buffer(int(nbytes.sum())) if fresh \
+            else self._buffer(int(nbytes.sum()))
         addresses = (buffer.data_ptr() + offsets).astype(np.uint64)
         result = self.lib.bd_decode(self.handle, n, self.channels, self.sizes.ctypes.data,
                                     addresses.ctypes.data, ctypes.c_void_p(self._stream()),
@@ -204,9 +207,11 @@ class BatchDecoder:
         caching allocator in stream order: only work queued after this batch's can reuse it,
         and the views of it that are still held keep it."""
         if self.buffer is None or self.buffer.numel() < nbytes:
-            self.buffer = torch.empty(int(nbytes * GROWTH) + 1, dtype=torch.uint8,
-                                      device=self.device)
+            self.buffer = self._new_buffer(int(nbytes * GROWTH))
         return self.buffer
+
+    def _new_buffer(self, nbytes: int) -> torch.Tensor:
+        return torch.empty(nbytes + 1, dtype=torch.uint8, device=self.device)
 
     def _stream(self) -> int:
         return torch.cuda.current_stream(self.device).cuda_stream \

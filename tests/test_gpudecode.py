@@ -156,7 +156,7 @@ class PillowJpeg:
     name = "pillow"
     device = torch.device("cpu")
 
-    def decode(self, datas):
+    def decode(self, datas, fresh=False):  # new tensors every time
         images = []
         for data in datas:
             try:  # failing as nvJPEG does: RuntimeError
@@ -182,7 +182,7 @@ class EnginePillow(PillowJpeg):
     def __init__(self, engine: str, delay: float = 0.0):
         self.engine, self.delay, self.calls = engine, delay, []
 
-    def decode(self, datas):
+    def decode(self, datas, fresh=False):
         self.calls.append([len(d) for d in datas])
         time.sleep(self.delay * len(datas))
         return super().decode(datas)
@@ -296,10 +296,10 @@ def test_a_consumer_that_waits_is_seen_though_the_lanes_last_batch_was_counted_m
     backlog = Backlog()
     engines = first.decode
 
-    def consumer_takes_the_last_batch_meanwhile(batch):
+    def consumer_takes_the_last_batch_meanwhile(batch, fresh=False):
         if backlog():
             backlog.add(-1)
-        return engines(batch)
+        return engines(batch, fresh)
 
     first.decode = consumer_takes_the_last_batch_meanwhile
     split = SplitJpeg(first, helper, share=0.4, backlog=backlog)

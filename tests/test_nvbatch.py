@@ -13,9 +13,13 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import photo
 from imageloader import nvbatch
+from imageloader.decode import Augment
 from imageloader.gpucrop import image_geometry
+from imageloader.gpudecode import GpuDecode, Packed
 from imageloader.gpujpeg import NvImageCodecJpeg
+from test_gpudecode import packed_batch
 from test_gpujpeg import as_array, jpeg, pillow_chw
 
 pytest.importorskip("nvidia.nvimgcodec", reason="nvidia-nvimgcodec not installed")
@@ -112,8 +116,8 @@ def test_the_engines_refusals_are_decoded_again_with_every_backend(monkeypatch):
     files = [jpeg(k, (40 + 8 * k, 30)) for k in range(4)]
     first = decoder.batch.decode
 
-    def engines_refuse_the_odd_ones(datas):
-        return [None if k % 2 else image for k, image in enumerate(first(datas))]
+    def engines_refuse_the_odd_ones(datas, fresh=False):
+        return [None if k % 2 else image for k, image in enumerate(first(datas, fresh))]
     monkeypatch.setattr(decoder.batch, "decode", engines_refuse_the_odd_ones)
     images = decoder.decode([as_array(d) for d in files])
     assert decoder._fallback is not None
@@ -174,3 +178,26 @@ def test_the_environment_switch_keeps_the_python_api(monkeypatch):
     assert NvImageCodecJpeg(CPU, "RGB").batch is None
     monkeypatch.delenv(nvbatch.SWITCH)
     assert NvImageCodecJpeg(CPU, "RGB").batch is not None
+
+
+@pytest.mark.parametrize("one_call", [True, False])
+@pytest.mark.parametrize("train", [True, False])
+def test_a_jpeg_retried_alone_leaves_the_batchs_other_images_alone(one_call, train):
+    """GpuDecode decodes a JPEG that came back None from the batch call once more, alone,
+    before the batch's crops run: into new memory, not over the kept buffer (or images) that
+    still hold the batch's other images. Both ways, cropped (train) and resized (eval)."""
+    sizes = [(300, 200), (120, 90), (160, 100), (90, 160)]  # the retried one fits in slot 0
+    files = [photo(seed, size) for seed, size in enumerate(sizes)]
+    buf, cpu = packed_batch(files, Augment.make(64, train))
+    decoder = NvImageCodecJpeg(CPU, "RGB", one_call=one_call)
+    expected = GpuDecode(cpu, None, CPU, [decoder])(Packed(buf))[0].clone()
+    real = decoder.decode
+
+    def third_fails_in_the_batch(datas, fresh=False, **kwargs):
+        out = real(datas, fresh=fresh, **kwargs)
+        return [None if len(datas) > 1 and k == 2 else image for k, image in enumerate(out)]
+    decoder.decode = third_fails_in_the_batch
+    stage = GpuDecode(cpu, None, CPU, [decoder])
+    images = stage(Packed(buf))[0]
+    assert torch.equal(images, expected)
+    assert stage.take_counts()["fallback:gpu_decoded"] == len(files)
