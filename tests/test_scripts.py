@@ -445,3 +445,13 @@ def test_bench_batch_call_times_both_ways_on_the_same_pixels(monkeypatch, tmp_pa
         "Python API", "one C call per batch"]
     assert all(row["img_per_s"] > 0 for row in result["rows"])
     assert json.loads(out.read_text())["same_pixels"] is True
+
+
+def test_bench_refuses_to_build_an_archive_whose_name_says_the_other_kind(monkeypatch, tmp_path):
+    bench = load_script("bench", monkeypatch)
+    with pytest.raises(SystemExit, match="--sizes photos"):
+        bench.check_sizes_match_name(tmp_path / "photos-16000.tgz", "fixed")
+    with pytest.raises(SystemExit, match="--sizes fixed"):
+        bench.check_sizes_match_name(tmp_path / "fixed-16000.tgz", "photos")
+    bench.check_sizes_match_name(tmp_path / "photos-16000.tgz", "photos")
+    bench.check_sizes_match_name(tmp_path / "imagenet-like.tgz", "fixed")

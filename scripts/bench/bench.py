@@ -131,6 +131,7 @@ def ensure_archive(args) -> tuple[str, list[str]]:
     archive = Path(args.archive)
     shards = sorted(archive.parent.glob(archive.stem + "-shard-*.tgz"))
     if not archive.exists() or (args.shards and len(shards) != args.shards):
+        check_sizes_match_name(archive, args.sizes)
         # A subprocess: the generator's multiprocessing pool must import it by path.
         t0 = time.perf_counter()
         subprocess.run([sys.executable, str(REPO / "scripts/bench/make_imagenet_like.py"),
@@ -141,6 +142,16 @@ def ensure_archive(args) -> tuple[str, list[str]]:
         print(f"built {archive} in {time.perf_counter() - t0:.1f} s", flush=True)
         shards = sorted(archive.parent.glob(archive.stem + "-shard-*.tgz"))
     return str(archive), [str(s) for s in shards]
+
+
+def check_sizes_match_name(archive: Path, sizes: str) -> None:
+    """An archive to build whose name says the other kind is a mistyped folder, not a wish:
+    2026-11-27, `photos-16000.tgz` under an empty folder was built as 500x375 images (--sizes
+    fixed, the default) and two calls timed the wrong data."""
+    other = {"fixed": "photos", "photos": "fixed"}[sizes]
+    if other in archive.name and sizes not in archive.name:
+        raise SystemExit(f"{archive} is missing, and building it with --sizes {sizes} would "
+                         f"not match its name: pass --sizes {other}, or check the path")
 
 
 # ---- training step -------------------------------------------------------------------------
