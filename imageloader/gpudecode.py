@@ -113,6 +113,7 @@ class GpuDecode:
         datas = [arena[int(arrays.offsets[s]):int(arrays.offsets[s] + arrays.lengths[s])]
                  for s in slots]
         images = self._decode_all(datas, slots, arrays)
+        boxes = self._boxes_in_images(arrays.boxes, slots, images)
         kept, to_crop = [], []
         for slot, image in zip(slots, images):
             if image is None:
@@ -124,19 +125,37 @@ class GpuDecode:
                 to_crop.append((slot, image))
             else:
                 out[slot].copy_(self._center_crop(self._tensor(image)))
-        self.train_crops(to_crop, arrays.boxes, out)
+        self.train_crops(to_crop, boxes, out)
         self.counts[FALLBACK + "gpu_decoded"] += len(kept) - sum(isinstance(i, np.ndarray) for i in images)
         return kept
 
     def _decode_all(self, datas, slots, arrays) -> list:
+        # Crop boxes for decoders that decode large images as their crop's region only
+        # (nvbatch's experiment, off by default): training crops, not evaluation's resize.
+        regions = {"boxes": arrays.boxes[slots, :4]} \
+            if self.augment.train and getattr(self.jpeg, "regions_from", None) else {}
         try:
-            images = self.jpeg.decode(datas)
+            images = self.jpeg.decode(datas, **regions)
         except RuntimeError as error:  # the batch call fails as a whole: find the culprits
             log.info("batched GPU decode failed (%s); decoding one by one", error)
             images = [None] * len(datas)
         # An image the decoder could not take (None): alone once more, then Pillow.
         return [image if image is not None else self._decode_one(data, int(arrays.seeds[s]))
                 for image, data, s in zip(images, datas, slots)]
+
+    @staticmethod
+    def _boxes_in_images(boxes: np.ndarray, slots: list[int], images: list) -> np.ndarray:
+        """The crop boxes relative to what was decoded: a region decoded alone starts at its
+        `origin` (top, left) in the whole image; other images at (0, 0)."""
+        moved = [(slot, image.origin) for slot, image in zip(slots, images)
+                 if getattr(image, "origin", (0, 0)) != (0, 0)]
+        if not moved:
+            return boxes
+        boxes = boxes.copy()
+        for slot, (top, left) in moved:
+            boxes[slot, [0, 2]] -= left
+            boxes[slot, [1, 3]] -= top
+        return boxes
 
     def _decode_one(self, data: np.ndarray, seed: int):
         try:  # fresh: not into the memory that holds this batch's other images

@@ -200,14 +200,23 @@ class NvImageCodecJpeg:
             return None
         backend, threads, options = self._setup(engine, threads)
         return nvbatch.BatchDecoder(lib, self.device, backend, threads, options,
-                                    channels=3 if self.mode == "RGB" else 1)
+                                    channels=3 if self.mode == "RGB" else 1,
+                                    regions_from=nvbatch.regions_from())
 
-    def decode(self, datas: list[np.ndarray], fresh: bool = False, retry: bool = True) -> list:
+    @property
+    def regions_from(self) -> int | None:
+        """Images of at least this many pixels are decoded as their crop box's region when
+        decode() is given `boxes` (one C call per batch only; nvbatch.py)."""
+        return self.batch.regions_from if self.batch is not None else None
+
+    def decode(self, datas: list[np.ndarray], fresh: bool = False, retry: bool = True,
+               boxes: np.ndarray | None = None) -> list:
         """Per JPEG, its decoded image (C x H x W, by array interface) or None; with `fresh`
         into new memory, the kept buffer or images untouched. With the engines alone ("hw")
-        what they refuse is decoded once more with every backend, unless `retry` is False."""
+        what they refuse is decoded once more with every backend, unless `retry` is False.
+        `boxes` (left, top, right, bottom per JPEG): see `regions_from`."""
         if self.batch is not None:
-            out = self.batch.decode(datas, fresh=fresh)
+            out = self.batch.decode(datas, fresh=fresh, boxes=boxes)
             # None: refused by the engines, or a header that did not parse
             if retry and self.engine == "hw" and None in out:
                 self._decode_refused([self._code_stream(d) if image is None else None
@@ -300,11 +309,16 @@ class SplitJpeg:
         self.needed = 1.0
 
     @property
+    def regions_from(self) -> int | None:
+        return getattr(self.first, "regions_from", None)
+
+    @property
     def mean_share(self) -> float:
         """The helper's share over the last batches (up to 1,000)."""
         return float(np.mean(self.shares)) if self.shares else self.share
 
-    def decode(self, datas: list[np.ndarray], fresh: bool = False) -> list:
+    def decode(self, datas: list[np.ndarray], fresh: bool = False,
+               boxes: np.ndarray | None = None) -> list:
         n = len(datas)
         sizes = [len(data) for data in datas]
         # By bytes (no header parsed here), the helper's end of the batch first: its share
@@ -312,12 +326,13 @@ class SplitJpeg:
         order = sorted(range(n), key=sizes.__getitem__, reverse=self.helper_takes_largest)
         count = self._helper_count(sizes)
         theirs, mine = order[:count], order[count:]
-        helped = self._pool.submit(self._help, [datas[i] for i in theirs],
-                                   self._mark(), fresh) if theirs else None
+        helped = self._pool.submit(self._help, [datas[i] for i in theirs], self._mark(),
+                                   fresh, _rows(boxes, theirs)) if theirs else None
         started = time.perf_counter()
         out: list = [None] * n
         try:
-            for i, image in zip(mine, self.first.decode([datas[i] for i in mine], fresh)):
+            for i, image in zip(mine, self.first.decode([datas[i] for i in mine], fresh,
+                                                        **_rows(boxes, mine))):
                 out[i] = image
         finally:  # the helper's images are waited for even when ours failed
             first_s = time.perf_counter() - started
@@ -377,14 +392,15 @@ class SplitJpeg:
         event.record(torch.cuda.current_stream(self.device))
         return event
 
-    def _help(self, datas: list[np.ndarray], after, fresh: bool) -> tuple[list, float, object]:
+    def _help(self, datas: list[np.ndarray], after, fresh: bool,
+              boxes: dict) -> tuple[list, float, object]:
         if self._side is None:
             started = time.perf_counter()
-            return self.helper.decode(datas, fresh), time.perf_counter() - started, None
+            return self.helper.decode(datas, fresh, **boxes), time.perf_counter() - started, None
         with torch.cuda.stream(self._side):
             self._side.wait_event(after)
             started = time.perf_counter()
-            images = self.helper.decode(datas, fresh)
+            images = self.helper.decode(datas, fresh, **boxes)
             seconds = time.perf_counter() - started
             done = torch.cuda.Event()
             done.record(self._side)
@@ -400,6 +416,11 @@ class SplitJpeg:
         first_rate, helper_rate = mine / first_s, theirs / helper_s
         target = helper_rate / (first_rate + helper_rate)
         self.share = min(0.6, max(0.02, 0.7 * self.share + 0.3 * target))
+
+
+def _rows(boxes: np.ndarray | None, which: list[int]) -> dict:
+    """decode()'s `boxes` argument for the JPEGs `which` of a batch, or none."""
+    return {} if boxes is None else {"boxes": boxes[which]}
 
 
 def _pixels(stream) -> int:

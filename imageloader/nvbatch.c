@@ -17,6 +17,7 @@ typedef struct {
     nvimgcodecDecoder_t decoder;
     int capacity;                    /* handles kept below */
     nvimgcodecCodeStream_t* streams;
+    nvimgcodecCodeStream_t* regions; /* sub-code streams: a region of streams[i] */
     nvimgcodecImage_t* images;
     int on_device;
 } Batcher;
@@ -62,8 +63,9 @@ int bd_create(const char* extensions, int device, int backend, int threads, cons
     }
     b->capacity = capacity;
     b->streams = calloc(capacity, sizeof(nvimgcodecCodeStream_t));
+    b->regions = calloc(capacity, sizeof(nvimgcodecCodeStream_t));
     b->images = calloc(capacity, sizeof(nvimgcodecImage_t));
-    if (!b->streams || !b->images) {
+    if (!b->streams || !b->regions || !b->images) {
         bd_destroy(b);
         return -1;
     }
@@ -77,11 +79,15 @@ int bd_reserve(Batcher* b, int capacity) {
     if (capacity <= b->capacity) return 0;
     nvimgcodecCodeStream_t* streams = realloc(b->streams, sizeof(*streams) * capacity);
     if (streams) b->streams = streams;
+    nvimgcodecCodeStream_t* regions = realloc(b->regions, sizeof(*regions) * capacity);
+    if (regions) b->regions = regions;
     nvimgcodecImage_t* images = realloc(b->images, sizeof(*images) * capacity);
     if (images) b->images = images;
-    if (!streams || !images) return -1;
-    memset(streams + b->capacity, 0, sizeof(*streams) * (capacity - b->capacity));
-    memset(images + b->capacity, 0, sizeof(*images) * (capacity - b->capacity));
+    if (!streams || !regions || !images) return -1;
+    size_t more = (size_t)(capacity - b->capacity);
+    memset(streams + b->capacity, 0, sizeof(*streams) * more);
+    memset(regions + b->capacity, 0, sizeof(*regions) * more);
+    memset(images + b->capacity, 0, sizeof(*images) * more);
     b->capacity = capacity;
     return 0;
 }
@@ -108,12 +114,35 @@ int bd_parse(Batcher* b, const uint64_t* addresses, const int64_t* lengths, int 
     return 0;
 }
 
+/* The code stream to decode for JPEG i: its region top, left, bottom, right (regions[4i..4i+3],
+ * in pixels, half-open) as a sub-code stream where regions is given and that row's bottom > 0,
+ * else the whole image. NULL where the sub-code stream could not be made. */
+static nvimgcodecCodeStream_t stream_of(Batcher* b, int i, const int32_t* regions) {
+    if (!regions || regions[4 * i + 2] <= 0) return b->streams[i];
+    nvimgcodecCodeStreamView_t view;
+    memset(&view, 0, sizeof(view));
+    view.struct_type = NVIMGCODEC_STRUCTURE_TYPE_CODE_STREAM_VIEW;
+    view.struct_size = sizeof(view);
+    view.region.struct_type = NVIMGCODEC_STRUCTURE_TYPE_REGION;
+    view.region.struct_size = sizeof(view.region);
+    view.region.ndim = 2;
+    view.region.start[0] = regions[4 * i];      /* y */
+    view.region.start[1] = regions[4 * i + 1];  /* x */
+    view.region.end[0] = regions[4 * i + 2];
+    view.region.end[1] = regions[4 * i + 3];
+    if (nvimgcodecCodeStreamGetSubCodeStream(b->streams[i], &b->regions[i], &view)
+        != NVIMGCODEC_STATUS_SUCCESS)
+        return NULL;
+    return b->regions[i];
+}
+
 /* Decode the n parsed JPEGs (those with sizes) into planar sRGB (channels 3) or grey (1) at
- * outputs[i] (channels x h x w bytes, rows of w), ordered on cuda_stream: nvImageCodec waits for
- * the work queued there before writing and makes it wait for the decode after. status[i]: 1
- * decoded, 0 not (a layout this backend refuses, corrupt data). One call into the decoder. */
-int bd_decode(Batcher* b, int n, int channels, const int32_t* sizes, const uint64_t* outputs,
-              void* cuda_stream, int32_t* status) {
+ * outputs[i] (channels x h x w bytes, rows of w; h, w the region's where one is given, see
+ * stream_of), ordered on cuda_stream: nvImageCodec waits for the work queued there before
+ * writing and makes it wait for the decode after. status[i]: 1 decoded, 0 not (a layout this
+ * backend refuses, corrupt data). One call into the decoder. */
+int bd_decode(Batcher* b, int n, int channels, const int32_t* sizes, const int32_t* regions,
+              const uint64_t* outputs, void* cuda_stream, int32_t* status) {
     if (n > b->capacity) return -1;
     nvimgcodecCodeStream_t* streams = malloc(sizeof(nvimgcodecCodeStream_t) * (n ? n : 1));
     nvimgcodecImage_t* images = malloc(sizeof(nvimgcodecImage_t) * (n ? n : 1));
@@ -152,9 +181,11 @@ int bd_decode(Batcher* b, int n, int channels, const int32_t* sizes, const uint6
         info.buffer_kind = b->on_device ? NVIMGCODEC_IMAGE_BUFFER_KIND_STRIDED_DEVICE
                                         : NVIMGCODEC_IMAGE_BUFFER_KIND_STRIDED_HOST;
         info.cuda_stream = (cudaStream_t)cuda_stream;
-        if (nvimgcodecImageCreate(b->instance, &b->images[i], &info) != NVIMGCODEC_STATUS_SUCCESS)
+        nvimgcodecCodeStream_t stream = stream_of(b, i, regions);
+        if (!stream || nvimgcodecImageCreate(b->instance, &b->images[i], &info)
+                           != NVIMGCODEC_STATUS_SUCCESS)
             continue;
-        streams[count] = b->streams[i];
+        streams[count] = stream;
         images[count] = b->images[i];
         which[count++] = i;
     }
@@ -186,9 +217,11 @@ void bd_destroy(Batcher* b) {
     if (!b) return;
     for (int i = 0; i < b->capacity; i++) {
         if (b->images && b->images[i]) nvimgcodecImageDestroy(b->images[i]);
+        if (b->regions && b->regions[i]) nvimgcodecCodeStreamDestroy(b->regions[i]);
         if (b->streams && b->streams[i]) nvimgcodecCodeStreamDestroy(b->streams[i]);
     }
     free(b->images);
+    free(b->regions);
     free(b->streams);
     nvimgcodecDecoderDestroy(b->decoder);
     nvimgcodecInstanceDestroy(b->instance);

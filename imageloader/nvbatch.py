@@ -19,6 +19,13 @@ library, written to a temporary name and renamed into place (two processes build
 both succeed). Where it cannot be built or loaded (no compiler, another nvImageCodec layout),
 `library()` says why once in the log and returns None: gpujpeg.NvImageCodecJpeg keeps the
 Python way. IMAGELOADER_C_BATCH=0 in the environment also keeps it (A/B benchmarks).
+
+Regions (an experiment, off unless IMAGELOADER_REGIONS_FROM=<pixels> is set): a training crop
+of an image of at least that many pixels is decoded alone, as a region of the JPEG (DALI's
+decoders.image_random_crop does so for every image), so the decoder's GPU work (IDCT, colour
+conversion, the writes) follows the crop, not the photo; the Huffman decoding stays whole.
+Measured no faster for every image with the Python API (scripts/bench/README.md, "Real
+photos"); for the large ones through one C call it is not measured yet.
 """
 from __future__ import annotations
 
@@ -45,10 +52,25 @@ BACKEND_KINDS = {"all": 0, "cpu": 1, "gpu": 2, "hybrid": 3, "hw": 4}
 CPU_ONLY_DEVICE = -99999  # NVIMGCODEC_DEVICE_CPU_ONLY
 CUDA_STUB = "typedef struct CUstream_st* cudaStream_t;\n"
 GROWTH = 1.25  # the output buffer grows by this much over what a batch needs
+REGIONS_FROM = "IMAGELOADER_REGIONS_FROM"
+# Pixels kept around a crop box in its region: the crops' bilinear samples reach up to one
+# pixel past the box (roi_align's, gpucrop's), so the region gives them what the whole image
+# would have.
+REGION_MARGIN = 2
 
 
 def enabled() -> bool:
     return os.environ.get(SWITCH, "1") != "0"
+
+
+def regions_from() -> int | None:
+    """IMAGELOADER_REGIONS_FROM as pixels, or None (regions off)."""
+    value = os.environ.get(REGIONS_FROM, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{REGIONS_FROM} must be a number of pixels >= 1, got {value!r}")
+    return int(value)
 
 
 @functools.lru_cache(maxsize=None)
@@ -101,7 +123,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.bd_create.argtypes = [ctypes.c_char_p, i, i, i, ctypes.c_char_p, i, ctypes.POINTER(p)]
     lib.bd_reserve.argtypes = [p, i]
     lib.bd_parse.argtypes = [p, p, p, i, p]
-    lib.bd_decode.argtypes = [p, i, i, p, p, p, p]
+    lib.bd_decode.argtypes = [p, i, i, p, p, p, p, p]
     lib.bd_destroy.argtypes = [p]
     return lib
 
@@ -112,10 +134,12 @@ class Decoded:
     It holds the buffer, so a view made from it keeps the memory allocated; the decoder writes
     the next batch into the same buffer in stream order (after the crops queued before)."""
 
-    __slots__ = ("geometry", "channels", "buffer")
+    __slots__ = ("geometry", "channels", "buffer", "origin")
 
-    def __init__(self, geometry: tuple, channels: int, buffer: torch.Tensor):
+    def __init__(self, geometry: tuple, channels: int, buffer: torch.Tensor,
+                 origin: tuple[int, int] = (0, 0)):
         self.geometry, self.channels, self.buffer = geometry, channels, buffer
+        self.origin = origin  # (top, left) in the whole image: a region's, else (0, 0)
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -144,8 +168,10 @@ class BatchDecoder:
     it). Calls from one thread at a time: the handles are reused by every call."""
 
     def __init__(self, lib: ctypes.CDLL, device: torch.device, backend: str,
-                 threads: int | None, options: str, channels: int, capacity: int = 256):
+                 threads: int | None, options: str, channels: int, capacity: int = 256,
+                 regions_from: int | None = None):
         self.lib, self.device, self.channels = lib, device, channels
+        self.regions_from = regions_from  # see the module's docstring
         on_gpu = device.type == "cuda"
         self.capacity = capacity
         handle = ctypes.c_void_p()
@@ -161,9 +187,12 @@ class BatchDecoder:
         self.sizes = np.zeros((capacity, 2), np.int32)
         self.status = np.zeros(capacity, np.int32)
 
-    def decode(self, datas: list[np.ndarray], fresh: bool = False) -> list:
+    def decode(self, datas: list[np.ndarray], fresh: bool = False,
+               boxes: np.ndarray | None = None) -> list:
         """With `fresh`, into a new buffer: the kept one may still hold images that crops
-        queued on the stream have yet to read (a JPEG retried alone in the middle of a batch)."""
+        queued on the stream have yet to read (a JPEG retried alone in the middle of a batch).
+        `boxes`: each JPEG's crop box (left, top, right, bottom), whose region is decoded
+        alone where the image has at least `regions_from` pixels (see `Decoded.origin`)."""
         n = len(datas)
         if not n:
             return []
@@ -173,18 +202,42 @@ class BatchDecoder:
         lengths = np.fromiter((d.nbytes for d in datas), np.int64, n)
         self.lib.bd_parse(self.handle, starts.ctypes.data, lengths.ctypes.data, n,
                           self.sizes.ctypes.data)
-        sizes = self.sizes[:n].astype(np.int64)
+        whole = self.sizes[:n].astype(np.int64)
+        regions = self._regions(whole, boxes)
+        sizes = np.where(regions[:, 2:3] > 0, regions[:, 2:] - regions[:, :2], whole)
         nbytes = self.channels * sizes[:, 0] * sizes[:, 1]
         offsets = np.concatenate([[0], np.cumsum(nbytes)[:-1]])
         buffer = self._new_buffer(int(nbytes.sum())) if fresh \
             else self._buffer(int(nbytes.sum()))
         addresses = (buffer.data_ptr() + offsets).astype(np.uint64)
-        result = self.lib.bd_decode(self.handle, n, self.channels, self.sizes.ctypes.data,
+        result = self.lib.bd_decode(self.handle, n, self.channels,
+                                    np.ascontiguousarray(sizes, np.int32).ctypes.data,
+                                    np.ascontiguousarray(regions, np.int32).ctypes.data,
                                     addresses.ctypes.data, ctypes.c_void_p(self._stream()),
                                     self.status.ctypes.data)
         if result:
             raise RuntimeError(f"nvImageCodec's batch decode failed: status {result}")
-        return self._images(buffer, addresses, sizes, self.status[:n].astype(bool))
+        return self._images(buffer, addresses, sizes, self.status[:n].astype(bool), regions)
+
+    def _regions(self, whole: np.ndarray, boxes: np.ndarray | None) -> np.ndarray:
+        """Per JPEG (top, left, bottom, right) of the region to decode, or zeros: the whole
+        image. Only images of at least `regions_from` pixels, and only where the region is
+        smaller than the image."""
+        regions = np.zeros((len(whole), 4), np.int64)
+        if boxes is None or self.regions_from is None:
+            return regions
+        height, width = whole[:, 0], whole[:, 1]
+        left, top, right, bottom = (np.asarray(boxes, np.float64)[:, k] for k in range(4))
+        regions[:, 0] = np.clip(np.floor(top) - REGION_MARGIN, 0, height)
+        regions[:, 1] = np.clip(np.floor(left) - REGION_MARGIN, 0, width)
+        regions[:, 2] = np.clip(np.ceil(bottom) + REGION_MARGIN, 0, height)
+        regions[:, 3] = np.clip(np.ceil(right) + REGION_MARGIN, 0, width)
+        smaller = (regions[:, 2] - regions[:, 0]) * (regions[:, 3] - regions[:, 1]) \
+            < height * width
+        wanted = (height * width >= self.regions_from) & smaller \
+            & (regions[:, 2] > regions[:, 0]) & (regions[:, 3] > regions[:, 1])
+        regions[~wanted] = 0
+        return regions
 
     def _reserve(self, capacity: int) -> None:
         """Handles for a larger batch than any so far (one batch shares one buffer, so it is
@@ -195,12 +248,13 @@ class BatchDecoder:
         self.sizes = np.zeros((capacity, 2), np.int32)
         self.status = np.zeros(capacity, np.int32)
 
-    def _images(self, buffer, addresses, sizes, done) -> list:
+    def _images(self, buffer, addresses, sizes, done, regions) -> list:
         plane = sizes[:, 0] * sizes[:, 1]
         table = np.stack([addresses.astype(np.int64), sizes[:, 0], sizes[:, 1],
                           plane, sizes[:, 1], np.ones_like(plane)], axis=1).tolist()
-        return [Decoded(tuple(row), self.channels, buffer) if ok else None
-                for row, ok in zip(table, done)]
+        origins = [(top, left) for top, left in regions[:, :2].tolist()]
+        return [Decoded(tuple(row), self.channels, buffer, origin) if ok else None
+                for row, ok, origin in zip(table, done, origins)]
 
     def _buffer(self, nbytes: int) -> torch.Tensor:
         """The output buffer, grown when a batch needs more. The old one is freed to torch's

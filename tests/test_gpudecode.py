@@ -16,7 +16,7 @@ from PIL import Image
 
 from conftest import (assert_labels_match_pixels, class_level, encode, labeled_files, photo,
                       solid, write_archive)
-from imageloader import ImageLoader, Options
+from imageloader import ImageLoader, Options, nvbatch
 from imageloader.batch import FALLBACK, batch_layout, views_of
 from imageloader.decode import Augment, Decoder, JpegPacker, gpu_screen
 from imageloader.errors import Limits
@@ -638,15 +638,22 @@ def nvimgcodec_engine(engine: str):
         first, helper = engine.split("|")
         return SplitJpeg(nvimgcodec_engine(first), nvimgcodec_engine(helper), share=0.5)
     engine, _, way = engine.partition("@")
-    decoder = NvImageCodecJpeg(torch.device("cuda"), "RGB", engine=engine,
-                               one_call=False if way == "python" else None)
+    # "@regions": large images' crops decoded as regions (nvbatch's experiment), here every
+    # image's
+    os.environ[nvbatch.REGIONS_FROM] = "1" if way == "regions" else ""
+    try:
+        decoder = NvImageCodecJpeg(torch.device("cuda"), "RGB", engine=engine,
+                                   one_call=False if way == "python" else None)
+    finally:
+        del os.environ[nvbatch.REGIONS_FROM]
     if engine == "hw" and not has_jpeg_engines(decoder):
         pytest.skip("this GPU has no hardware JPEG engines")
     return decoder
 
 
 @cuda
-@pytest.mark.parametrize("engine", ENGINES + ("hw|hybrid", "hw|cuda", "hw@python", "all@python"))
+@pytest.mark.parametrize("engine", ENGINES + ("hw|hybrid", "hw|cuda", "hw@python", "all@python",
+                                    "hw@regions", "cuda@regions"))
 def test_each_nvimgcodec_engine_matches_the_cpu_path(engine):
     """The lanes' engines (hardware, CUDA with Huffman on the GPU, nvImageCodec's choice) on
     sizes up to 5 MP, every subsampling and grayscale, through the whole GPU stage."""

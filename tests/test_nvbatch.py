@@ -116,8 +116,8 @@ def test_the_engines_refusals_are_decoded_again_with_every_backend(monkeypatch):
     files = [jpeg(k, (40 + 8 * k, 30)) for k in range(4)]
     first = decoder.batch.decode
 
-    def engines_refuse_the_odd_ones(datas, fresh=False):
-        return [None if k % 2 else image for k, image in enumerate(first(datas, fresh))]
+    def engines_refuse_the_odd_ones(datas, fresh=False, boxes=None):
+        return [None if k % 2 else image for k, image in enumerate(first(datas, fresh, boxes))]
     monkeypatch.setattr(decoder.batch, "decode", engines_refuse_the_odd_ones)
     images = decoder.decode([as_array(d) for d in files])
     assert decoder._fallback is not None
@@ -201,3 +201,64 @@ def test_a_jpeg_retried_alone_leaves_the_batchs_other_images_alone(one_call, tra
     images = stage(Packed(buf))[0]
     assert torch.equal(images, expected)
     assert stage.take_counts()["fallback:gpu_decoded"] == len(files)
+
+
+def region_decoder(monkeypatch, pixels: int) -> NvImageCodecJpeg:
+    monkeypatch.setenv(nvbatch.REGIONS_FROM, str(pixels))
+    decoder = NvImageCodecJpeg(CPU, "RGB", one_call=True)
+    monkeypatch.delenv(nvbatch.REGIONS_FROM)
+    return decoder
+
+
+def test_a_large_images_crop_is_decoded_as_its_region_with_the_same_pixels(monkeypatch):
+    """Images of at least IMAGELOADER_REGIONS_FROM pixels: only the crop box (and a margin) is
+    decoded, at the box's origin; pixels as the whole image's there. Smaller images whole."""
+    files = [photo(1, (400, 300)), photo(2, (64, 48))]
+    boxes = np.array([[101.5, 40.2, 250.0, 199.7], [3.0, 4.0, 40.0, 30.0]], np.float32)
+    whole = NvImageCodecJpeg(CPU, "RGB", one_call=True).decode([as_array(d) for d in files])
+    region = region_decoder(monkeypatch, 100 * 100)
+    assert region.regions_from == 10_000
+    large, small = region.decode([as_array(d) for d in files], boxes=boxes)
+    assert large.origin == (38, 99) and large.shape == (3, 202 - 38, 252 - 99)
+    expected = pixels(whole[0])[:, 38:202, 99:252]
+    assert np.abs(pixels(large).astype(int) - expected).max() <= 1
+    assert small.origin == (0, 0) and np.array_equal(pixels(small), pixels(whole[1]))
+    # a box reaching the image's edges: the region is clipped to it, or is the whole image
+    edge = region.decode([as_array(files[0])], boxes=np.array([[0, 0, 399.5, 299.0]]))[0]
+    assert edge.origin == (0, 0) and edge.shape == (3, 300, 400)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_training_crops_from_regions_equal_those_from_whole_images(monkeypatch, split):
+    """The GPU stage with regions on gives the crops it gives without them (its boxes moved
+    to each region's origin), one decoder or a split lane; evaluation decodes whole images."""
+    from imageloader.gpujpeg import SplitJpeg
+    sizes = [(400, 300), (120, 90), (300, 400), (90, 160), (640, 480)]
+    files = [photo(seed, size) for seed, size in enumerate(sizes)]
+    for train in (True, False):
+        buf, cpu = packed_batch(files, Augment.make(64, train))
+        plain = GpuDecode(cpu, None, CPU, [NvImageCodecJpeg(CPU, "RGB", one_call=True)])
+        expected = plain(Packed(buf))[0]
+        decoder = region_decoder(monkeypatch, 200 * 200)
+        if split:
+            decoder = SplitJpeg(decoder, region_decoder(monkeypatch, 200 * 200), share=0.4)
+        seen = []
+        real = decoder.decode
+
+        def spy(datas, fresh=False, **kwargs):
+            out = real(datas, fresh, **kwargs)
+            seen.extend(getattr(image, "origin", (0, 0)) for image in out)
+            return out
+        decoder.decode = spy
+        images = GpuDecode(cpu, None, CPU, [decoder])(Packed(buf))[0]
+        assert (images.int() - expected.int()).abs().max() <= 1
+        if not split:  # (a split lane's helper decodes through its own decode)
+            assert any(origin != (0, 0) for origin in seen) == train
+
+
+def test_a_bad_regions_setting_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv(nvbatch.REGIONS_FROM, "lots")
+    with pytest.raises(ValueError, match="IMAGELOADER_REGIONS_FROM must be a number"):
+        nvbatch.regions_from()
+    monkeypatch.setenv(nvbatch.REGIONS_FROM, "")
+    assert nvbatch.regions_from() is None

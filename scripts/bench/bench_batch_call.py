@@ -10,7 +10,9 @@ same nvImageCodec engine into planar RGB, through gpujpeg.NvImageCodecJpeg (one_
 then True), and read each image's geometry for the crop kernel; each row reports images/s and
 the calling thread's CPU time per batch (the host work a lane thread does; the decoders' own
 threads are not in it). Pixels are compared on the first batch. Without a GPU (or with
-`--device cpu`) both use the CPU backend (libjpeg-turbo).
+`--device cpu`) both use the CPU backend (libjpeg-turbo). `--regions-from PIXELS` adds a row:
+the C call decoding each such image's random-resized-crop box as a region
+(IMAGELOADER_REGIONS_FROM, nvbatch.py).
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ from imageloader.errors import Limits  # noqa: E402
 from imageloader.gpucrop import image_geometry  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_decoders import batches, load_jpegs  # noqa: E402  (same JPEGs, same batching)
+from bench_decoders import batches, crop_boxes, load_jpegs  # noqa: E402  (same JPEGs, same
+#                                                                     batching, same crops)
 
 ENGINES = ("all", "hw", "cuda", "hybrid")
 
@@ -43,27 +46,30 @@ def get_args_parser():
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
     p.add_argument("--engine", default="hw", choices=ENGINES,
                    help="nvImageCodec engine on a GPU (the CPU backend without one)")
+    p.add_argument("--regions-from", type=int, default=None,
+                   help="also time regions: crops of images of at least this many pixels")
     p.add_argument("--out", default=None, help="JSON results")
     return p
 
 
-def lane_way(decoder, datas: list[np.ndarray]) -> list:
+def lane_way(decoder, datas: list[np.ndarray], boxes: np.ndarray | None = None) -> list:
     """What a lane does around its decode call: the decode, then each image's address and
     strides for the crop kernel (on the CPU backend, from the array interface)."""
-    images = decoder.decode(datas)
+    images = decoder.decode(datas, **({} if boxes is None else {"boxes": boxes}))
     if decoder.device.type == "cuda":
         return [image_geometry(image) if image is not None else None for image in images]
     return [image.__array_interface__["data"][0] if image is not None else None
             for image in images]
 
 
-def timed(decoder, groups, passes: int) -> dict:
-    lane_way(decoder, groups[0])  # untimed: buffers grown, kernels loaded
+def timed(decoder, groups, passes: int, boxes=None) -> dict:
+    boxes = boxes or [None] * len(groups)
+    lane_way(decoder, groups[0], boxes[0])  # untimed: buffers grown, kernels loaded
     sync()
     wall, cpu, n = time.perf_counter(), time.thread_time(), 0
     for _ in range(passes):
-        for group in groups:
-            lane_way(decoder, group)
+        for group, group_boxes in zip(groups, boxes):
+            lane_way(decoder, group, group_boxes)
             n += len(group)
     sync()
     wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
@@ -94,6 +100,20 @@ def same_pixels(python, c_call, group) -> tuple[bool, int]:
     return equal, sum((a is None) != (b is None) for a, b in zip(ours, theirs))
 
 
+def timed_regions(device, args, datas: list[bytes], groups) -> dict:
+    import os
+
+    from imageloader import nvbatch
+    from imageloader.gpujpeg import NvImageCodecJpeg
+    os.environ[nvbatch.REGIONS_FROM] = str(args.regions_from)
+    try:
+        decoder = NvImageCodecJpeg(device, "RGB", engine=args.engine, one_call=True)
+    finally:
+        del os.environ[nvbatch.REGIONS_FROM]
+    boxes = [np.array(group, np.float32) for group in batches(crop_boxes(datas), args.batch)]
+    return timed(decoder, groups, args.passes, boxes)
+
+
 def main(args) -> dict:
     import torch
     from imageloader.gpujpeg import NvImageCodecJpeg
@@ -111,6 +131,9 @@ def main(args) -> dict:
                         for row, decoder in decoders.items()]}
     results["same_pixels"], results["decoded_by_one_only"] = same_pixels(
         *decoders.values(), groups[0])
+    if args.regions_from:
+        results["rows"].append({"row": f"one C call, crops of >= {args.regions_from} pixels "
+                                       "as regions", **timed_regions(device, args, datas, groups)})
     for row in results["rows"]:
         print(f"{row['row']:68s} {row['img_per_s']:8d} img/s  "
               f"{row['thread_cpu_ms_per_batch']:7.2f} ms of the calling thread per batch")

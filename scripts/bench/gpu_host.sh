@@ -476,14 +476,16 @@ versus() {  # KIND: the loader alone from this tree and from $BASE (another comm
 }
 
 batchcall() {  # nvImageCodec's Python API against one C call per batch (bench_batch_call.py,
-  # imageloader/nvbatch.py), decoders alone, both kinds of data; ENGINE (hw)
+  # imageloader/nvbatch.py), decoders alone, both kinds of data; ENGINE (hw); and the C call
+  # decoding the crops of images of REGIONS_FROM pixels or more (1,000,000) as regions
   local kind archive
   for kind in fixed photos; do
     archive="$data/$kind-16000.tgz"
     ensure_archive "$archive" --sizes "$kind" --images 16000
     python3 $here/bench_batch_call.py --archive "$archive" --images 4096 \
-      --engine "${ENGINE:-hw}" --out "$out/batchcall-$kind.json" 2>&1 \
-      | grep --line-buffered -v "$quiet" | tee "$out/batchcall-$kind.log" | tail -4
+      --engine "${ENGINE:-hw}" --regions-from "${REGIONS_FROM:-1000000}" \
+      --out "$out/batchcall-$kind.json" 2>&1 \
+      | grep --line-buffered -v "$quiet" | tee "$out/batchcall-$kind.log" | tail -5
   done
 }
 
