@@ -96,23 +96,40 @@ def _built() -> Path:
     for part in (SOURCE.read_bytes(), header.read_bytes(), str(lib.resolve()).encode(),
                  str(lib.stat().st_mtime_ns).encode()):
         key.update(part)
-    target = Path(default_cache_folder()) / f"nvbatch-{key.hexdigest()[:16]}.so"
-    if not target.exists():
-        _compile(folder, header.parent, lib, target)
-    return target
+    name = f"nvbatch-{key.hexdigest()[:16]}.so"
+    for cache in _cache_folders():
+        target = cache / name
+        if target.exists():
+            return target
+        try:
+            _compile(folder, header.parent, lib, target)
+            return target
+        except OSError as error:  # a cache folder we cannot write: the next one
+            log.info("imageloader: cannot build %s in %s (%s)", name, cache, error)
+    raise RuntimeError(f"no writable folder to build {name} in: {_cache_folders()}")
+
+
+def _cache_folders() -> list[Path]:
+    """The user's cache folder, then one of this user's in the temporary folder (a home that
+    cannot be written, as on some clusters)."""
+    return [Path(default_cache_folder()),
+            Path(tempfile.gettempdir()) / f"imageloader-{os.getuid()}"]
 
 
 def _compile(wheel: Path, include: Path, lib: Path, target: Path) -> None:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not compiler:
         raise RuntimeError("no C compiler (set CC, or install cc or gcc)")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as work:
         Path(work, "cuda_runtime_api.h").write_text(CUDA_STUB)
         built = Path(work, target.name)
-        run = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-I", work, "-I", str(include),
-                              str(SOURCE), str(lib), f"-Wl,-rpath,{wheel}", "-o", str(built)],
-                             capture_output=True, text=True)
+        try:
+            run = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-I", work, "-I",
+                                  str(include), str(SOURCE), str(lib), f"-Wl,-rpath,{wheel}",
+                                  "-o", str(built)], capture_output=True, text=True)
+        except OSError as error:  # not a folder problem: no use trying another
+            raise RuntimeError(f"the C compiler {compiler} could not run: {error}") from None
         if run.returncode:
             raise RuntimeError(f"{compiler} failed on {SOURCE.name}: {run.stderr.strip()[-500:]}")
         os.replace(built, target)  # atomic: a process building beside us wrote the same bytes

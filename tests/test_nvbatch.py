@@ -137,6 +137,17 @@ def test_it_is_built_once_into_the_cache_and_loaded_from_there(fresh_build):
     assert built[0].stat().st_mtime_ns == stamp  # loaded, not built again
 
 
+def test_a_cache_folder_that_cannot_be_written_builds_in_the_temporary_folder(
+        tmp_path, monkeypatch):
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    monkeypatch.setattr(nvbatch.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    built = nvbatch._built()
+    assert built.parent == tmp_path / "tmp" / f"imageloader-{__import__('os').getuid()}"
+    assert nvbatch._declare(__import__("ctypes").CDLL(str(built))) is not None
+
+
 def test_builders_racing_each_other_all_get_a_working_library(fresh_build):
     paths, errors = [], []
 
