@@ -40,7 +40,7 @@ def fresh_build(tmp_path, monkeypatch):
 def layouts() -> list[bytes]:
     """Every chroma subsampling, grey, odd sizes, one large."""
     return [jpeg(1, (64, 48), 2), jpeg(2, (48, 64), 1), jpeg(3, (33, 17), 0),
-            jpeg(4, (40, 40), mode="L"), jpeg(5, (640, 360)), jpeg(6, (7, 5))]
+            jpeg(4, (40, 40), mode="L"), jpeg(5, (640, 360)), jpeg(6, (11, 9))]
 
 
 def pixels(image) -> np.ndarray:
