@@ -145,7 +145,8 @@ class NvImageCodecJpeg:
     stream_ordered = True  # decodes after the work queued before on our stream (pre-sync)
 
     def __init__(self, device: torch.device, mode: str, threads: int | None = None,
-                 engine: str = "all", one_call: bool | None = None):
+                 engine: str = "all", one_call: bool | None = None,
+                 regions_from: int | None = None):
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
         _load_nvjpeg_wheel()
@@ -160,7 +161,8 @@ class NvImageCodecJpeg:
         self._fallback = None  # engine "hw": every backend, for what the engines refuse
         # One C call per batch (nvbatch.py) where it builds, unless one_call=False; else the
         # Python API, decoding into kept images.
-        self.batch = self._batch_decoder(engine, threads) if one_call is not False else None
+        self.batch = self._batch_decoder(engine, threads, regions_from) \
+            if one_call is not False else None
         if one_call and self.batch is None:
             raise RuntimeError("nvImageCodec's one-call batch decode is unavailable here")
         self.decoder = None if self.batch else self._make_decoder(engine, threads)
@@ -193,7 +195,7 @@ class NvImageCodecJpeg:
             else self.device.index or 0,
             max_num_cpu_threads=threads or 0, backends=backends, options=options)
 
-    def _batch_decoder(self, engine: str, threads: int | None):
+    def _batch_decoder(self, engine: str, threads: int | None, regions_from: int | None):
         from . import nvbatch
         lib = nvbatch.library() if nvbatch.enabled() else None
         if lib is None:
@@ -201,12 +203,13 @@ class NvImageCodecJpeg:
         backend, threads, options = self._setup(engine, threads)
         return nvbatch.BatchDecoder(lib, self.device, backend, threads, options,
                                     channels=3 if self.mode == "RGB" else 1,
-                                    regions_from=nvbatch.regions_from())
+                                    regions_from=regions_from or nvbatch.regions_from())
 
     @property
     def regions_from(self) -> int | None:
         """Images of at least this many pixels are decoded as their crop box's region when
-        decode() is given `boxes` (one C call per batch only; nvbatch.py)."""
+        decode() is given `boxes` (one C call per batch only; nvbatch.py): the constructor's
+        `regions_from`, else IMAGELOADER_REGIONS_FROM, else None (off)."""
         return self.batch.regions_from if self.batch is not None else None
 
     def decode(self, datas: list[np.ndarray], fresh: bool = False, retry: bool = True,

@@ -16,7 +16,7 @@ from PIL import Image
 
 from conftest import (assert_labels_match_pixels, class_level, encode, labeled_files, photo,
                       solid, write_archive)
-from imageloader import ImageLoader, Options, nvbatch
+from imageloader import ImageLoader, Options
 from imageloader.batch import FALLBACK, batch_layout, views_of
 from imageloader.decode import Augment, Decoder, JpegPacker, gpu_screen
 from imageloader.errors import Limits
@@ -640,12 +640,9 @@ def nvimgcodec_engine(engine: str):
     engine, _, way = engine.partition("@")
     # "@regions": large images' crops decoded as regions (nvbatch's experiment), here every
     # image's
-    os.environ[nvbatch.REGIONS_FROM] = "1" if way == "regions" else ""
-    try:
-        decoder = NvImageCodecJpeg(torch.device("cuda"), "RGB", engine=engine,
-                                   one_call=False if way == "python" else None)
-    finally:
-        del os.environ[nvbatch.REGIONS_FROM]
+    decoder = NvImageCodecJpeg(torch.device("cuda"), "RGB", engine=engine,
+                               one_call=False if way == "python" else None,
+                               regions_from=1 if way == "regions" else None)
     if engine == "hw" and not has_jpeg_engines(decoder):
         pytest.skip("this GPU has no hardware JPEG engines")
     return decoder

@@ -215,9 +215,13 @@ def test_a_jpeg_retried_alone_leaves_the_batchs_other_images_alone(one_call, tra
 
 
 def region_decoder(monkeypatch, pixels: int) -> NvImageCodecJpeg:
+    """Regions as IMAGELOADER_REGIONS_FROM turns them on (the constructor's own argument is
+    what the CUDA tests and bench_batch_call use)."""
     monkeypatch.setenv(nvbatch.REGIONS_FROM, str(pixels))
     decoder = NvImageCodecJpeg(CPU, "RGB", one_call=True)
     monkeypatch.delenv(nvbatch.REGIONS_FROM)
+    assert NvImageCodecJpeg(CPU, "RGB", one_call=True, regions_from=pixels).regions_from \
+        == decoder.regions_from == pixels
     return decoder
 
 

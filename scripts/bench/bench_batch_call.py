@@ -12,7 +12,7 @@ the calling thread's CPU time per batch (the host work a lane thread does; the d
 threads are not in it). Pixels are compared on the first batch. Without a GPU (or with
 `--device cpu`) both use the CPU backend (libjpeg-turbo). `--regions-from PIXELS` adds a row:
 the C call decoding each such image's random-resized-crop box as a region
-(IMAGELOADER_REGIONS_FROM, nvbatch.py).
+(NvImageCodecJpeg(regions_from=...), as IMAGELOADER_REGIONS_FROM sets it; nvbatch.py).
 """
 from __future__ import annotations
 
@@ -28,12 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from imageloader.decode import gpu_screen  # noqa: E402
 from imageloader.errors import Limits  # noqa: E402
 from imageloader.gpucrop import image_geometry  # noqa: E402
+from imageloader.gpujpeg import ENGINES  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_decoders import batches, crop_boxes, load_jpegs  # noqa: E402  (same JPEGs, same
 #                                                                     batching, same crops)
-
-ENGINES = ("all", "hw", "cuda", "hybrid")
 
 
 def get_args_parser():
@@ -55,7 +54,7 @@ def get_args_parser():
 def lane_way(decoder, datas: list[np.ndarray], boxes: np.ndarray | None = None) -> list:
     """What a lane does around its decode call: the decode, then each image's address and
     strides for the crop kernel (on the CPU backend, from the array interface)."""
-    images = decoder.decode(datas, **({} if boxes is None else {"boxes": boxes}))
+    images = decoder.decode(datas, boxes=boxes)
     if decoder.device.type == "cuda":
         return [image_geometry(image) if image is not None else None for image in images]
     return [image.__array_interface__["data"][0] if image is not None else None
@@ -101,15 +100,9 @@ def same_pixels(python, c_call, group) -> tuple[bool, int]:
 
 
 def timed_regions(device, args, datas: list[bytes], groups) -> dict:
-    import os
-
-    from imageloader import nvbatch
     from imageloader.gpujpeg import NvImageCodecJpeg
-    os.environ[nvbatch.REGIONS_FROM] = str(args.regions_from)
-    try:
-        decoder = NvImageCodecJpeg(device, "RGB", engine=args.engine, one_call=True)
-    finally:
-        del os.environ[nvbatch.REGIONS_FROM]
+    decoder = NvImageCodecJpeg(device, "RGB", engine=args.engine, one_call=True,
+                               regions_from=args.regions_from)
     boxes = [np.array(group, np.float32) for group in batches(crop_boxes(datas), args.batch)]
     return timed(decoder, groups, args.passes, boxes)
 
