@@ -776,9 +776,9 @@ def test_drop_last_batches_stay_full_when_an_image_fails_both_decoders(tmp_path,
     files = files[:5] + [("t/c01/cut.jpg", cut)] + files[5:]
     path = write_archive(tmp_path / "a.tgz", files)
     def refusing(decode):
-        def decode_all_but_the_cut_one(datas):
+        def decode_all_but_the_cut_one(datas, **kw):
             ok = [d for d in datas if len(d) != len(cut)]
-            decoded = iter(decode(ok) if ok else [])
+            decoded = iter(decode(ok, **kw) if ok else [])
             return [None if len(d) == len(cut) else next(decoded) for d in datas]
         return decode_all_but_the_cut_one
 
