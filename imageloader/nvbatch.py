@@ -137,10 +137,16 @@ def _compile(wheel: Path, include: Path, lib: Path, target: Path) -> None:
 
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     p, i = ctypes.c_void_p, ctypes.c_int
+    # Arrays are passed as arrays, not as addresses: ctypes holds each one for the call and
+    # checks its type and layout. An address taken from a temporary array (`.ctypes.data`)
+    # points at freed memory by the time C reads it: 5291009 passed the sizes that way, and
+    # on photos the decoder wrote past its buffer (illegal memory access on an H200).
+    u64, i64, i32 = (np.ctypeslib.ndpointer(t, flags="C_CONTIGUOUS")
+                     for t in (np.uint64, np.int64, np.int32))
     lib.bd_create.argtypes = [ctypes.c_char_p, i, i, i, ctypes.c_char_p, i, ctypes.POINTER(p)]
     lib.bd_reserve.argtypes = [p, i]
-    lib.bd_parse.argtypes = [p, p, p, i, p]
-    lib.bd_decode.argtypes = [p, i, i, p, p, p, p, p]
+    lib.bd_parse.argtypes = [p, u64, i64, i, i32]
+    lib.bd_decode.argtypes = [p, i, i, i32, i32, u64, p, i32]
     lib.bd_destroy.argtypes = [p]
     return lib
 
@@ -217,8 +223,7 @@ class BatchDecoder:
             self._reserve(n)
         starts = np.fromiter((d.__array_interface__["data"][0] for d in datas), np.uint64, n)
         lengths = np.fromiter((d.nbytes for d in datas), np.int64, n)
-        self.lib.bd_parse(self.handle, starts.ctypes.data, lengths.ctypes.data, n,
-                          self.sizes.ctypes.data)
+        self.lib.bd_parse(self.handle, starts, lengths, n, self.sizes)
         whole = self.sizes[:n].astype(np.int64)
         regions = self._regions(whole, boxes)
         sizes = np.where(regions[:, 2:3] > 0, regions[:, 2:] - regions[:, :2], whole)
@@ -227,11 +232,9 @@ class BatchDecoder:
         buffer = self._new_buffer(int(nbytes.sum())) if fresh \
             else self._buffer(int(nbytes.sum()))
         addresses = (buffer.data_ptr() + offsets).astype(np.uint64)
-        result = self.lib.bd_decode(self.handle, n, self.channels,
-                                    np.ascontiguousarray(sizes, np.int32).ctypes.data,
-                                    np.ascontiguousarray(regions, np.int32).ctypes.data,
-                                    addresses.ctypes.data, ctypes.c_void_p(self._stream()),
-                                    self.status.ctypes.data)
+        result = self.lib.bd_decode(self.handle, n, self.channels, sizes.astype(np.int32),
+                                    regions.astype(np.int32), addresses,
+                                    ctypes.c_void_p(self._stream()), self.status)
         if result:
             raise RuntimeError(f"nvImageCodec's batch decode failed: status {result}")
         return self._images(buffer, addresses, sizes, self.status[:n].astype(bool), regions)

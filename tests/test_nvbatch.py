@@ -109,6 +109,51 @@ def test_views_of_an_earlier_batch_survive_the_buffer_growing():
     assert np.abs(kept_view.astype(int) - pillow_chw(small)).max() <= 1
 
 
+class ReusingFreedMemory:
+    """The library, called as in a busy process: just before each call into C, arrays of the
+    call's sizes are made and filled with -1, so memory that was freed before the call (an
+    address taken from a temporary array) holds -1 when C reads it."""
+
+    def __init__(self, lib):
+        self.lib = lib
+
+    def __getattr__(self, name):
+        return getattr(self.lib, name)
+
+    def bd_parse(self, handle, *args):
+        return self._call(self.lib.bd_parse, args[2], handle, *args)
+
+    def bd_decode(self, handle, *args):
+        return self._call(self.lib.bd_decode, args[0], handle, *args)
+
+    @staticmethod
+    def _call(function, n, *args):
+        garbage = [np.full(n * width * itemsize, 0xFF, np.uint8) for _ in range(4)
+                   for width in (1, 2, 4) for itemsize in (4, 8)]
+        result = function(*args)
+        del garbage
+        return result
+
+
+@pytest.mark.parametrize("regions", [False, True])
+def test_every_array_handed_to_c_lives_through_the_call(regions):
+    """5291009 passed the decode's sizes as the address of a temporary array: freed before C
+    read it, and on an H200 the decoder wrote past its buffer (photos, every run)."""
+    files = [jpeg(k, (64 + 16 * k, 48)) for k in range(5)]
+    decoder = NvImageCodecJpeg(CPU, "RGB", one_call=True, regions_from=1 if regions else None)
+    decoder.batch.lib = ReusingFreedMemory(decoder.batch.lib)
+    boxes = np.array([[4, 2, 40, 30]] * len(files), np.float32)
+    for _ in range(2):
+        images = decoder.decode([as_array(d) for d in files], boxes=boxes)
+        for data, image in zip(files, images):
+            expected = pillow_chw(data)
+            if regions:
+                top, left = image.origin
+                expected = expected[:, top:top + image.shape[1], left:left + image.shape[2]]
+            assert image.shape == expected.shape
+            assert np.abs(pixels(image).astype(int) - expected).max() <= 1
+
+
 def test_the_engines_refusals_are_decoded_again_with_every_backend(monkeypatch):
     """One C call on the engines ("hw") marks what they refuse None; the lane decodes those
     once more through the Python API with every backend, into the same positions."""
