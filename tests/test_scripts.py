@@ -438,12 +438,13 @@ def test_bench_batch_call_times_both_ways_on_the_same_pixels(monkeypatch, tmp_pa
             tar.addfile(info, io.BytesIO(data))
     out = tmp_path / "call.json"
     result = bench.main(script_args(bench, "--archive", archive, "--images", 40, "--batch", 16,
-                                    "--passes", 1, "--device", "cpu", "--regions-from", 1000,
+                                    "--passes", 1, "--device", "cpu", "--regions-from", 1000, 1,
                                     "--out", out))
     assert result["same_pixels"] is True and result["decoded_by_one_only"] == 0
     assert result["images"] == 39  # the member that is not a JPEG screened out, as packers do
     assert [row["row"].split(" (")[0] for row in result["rows"]] == [
-        "Python API", "one C call per batch", "one C call, crops of >= 1000 pixels as regions"]
+        "Python API", "one C call per batch", "one C call, crops of >= 1000 pixels as regions",
+        "one C call, crops of >= 1 pixels as regions"]
     assert all(row["img_per_s"] > 0 for row in result["rows"])
     assert json.loads(out.read_text())["same_pixels"] is True
 

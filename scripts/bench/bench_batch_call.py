@@ -10,9 +10,10 @@ same nvImageCodec engine into planar RGB, through gpujpeg.NvImageCodecJpeg (one_
 then True), and read each image's geometry for the crop kernel; each row reports images/s and
 the calling thread's CPU time per batch (the host work a lane thread does; the decoders' own
 threads are not in it). Pixels are compared on the first batch. Without a GPU (or with
-`--device cpu`) both use the CPU backend (libjpeg-turbo). `--regions-from PIXELS` adds a row:
-the C call decoding each such image's random-resized-crop box as a region
-(NvImageCodecJpeg(regions_from=...), as IMAGELOADER_REGIONS_FROM sets it; nvbatch.py).
+`--device cpu`) both use the CPU backend (libjpeg-turbo). `--regions-from PIXELS...` adds a
+row per value: the C call decoding the random-resized-crop box of each image of at least that
+many pixels as a region (NvImageCodecJpeg(regions_from=...), as IMAGELOADER_REGIONS_FROM sets
+it; nvbatch.py).
 """
 from __future__ import annotations
 
@@ -45,8 +46,9 @@ def get_args_parser():
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
     p.add_argument("--engine", default="hw", choices=ENGINES,
                    help="nvImageCodec engine on a GPU (the CPU backend without one)")
-    p.add_argument("--regions-from", type=int, default=None,
-                   help="also time regions: crops of images of at least this many pixels")
+    p.add_argument("--regions-from", type=int, nargs="*", default=[],
+                   help="also time regions, a row per value: the crops of images of at least "
+                        "this many pixels (1: every image, as DALI's image_random_crop)")
     p.add_argument("--out", default=None, help="JSON results")
     return p
 
@@ -99,10 +101,10 @@ def same_pixels(python, c_call, group) -> tuple[bool, int]:
     return equal, sum((a is None) != (b is None) for a, b in zip(ours, theirs))
 
 
-def timed_regions(device, args, datas: list[bytes], groups) -> dict:
+def timed_regions(device, args, datas: list[bytes], groups, regions_from: int) -> dict:
     from imageloader.gpujpeg import NvImageCodecJpeg
     decoder = NvImageCodecJpeg(device, "RGB", engine=args.engine, one_call=True,
-                               regions_from=args.regions_from)
+                               regions_from=regions_from)
     boxes = [np.array(group, np.float32) for group in batches(crop_boxes(datas), args.batch)]
     return timed(decoder, groups, args.passes, boxes)
 
@@ -124,9 +126,10 @@ def main(args) -> dict:
                         for row, decoder in decoders.items()]}
     results["same_pixels"], results["decoded_by_one_only"] = same_pixels(
         *decoders.values(), groups[0])
-    if args.regions_from:
-        results["rows"].append({"row": f"one C call, crops of >= {args.regions_from} pixels "
-                                       "as regions", **timed_regions(device, args, datas, groups)})
+    for regions_from in args.regions_from:
+        results["rows"].append({"row": f"one C call, crops of >= {regions_from} pixels "
+                                       "as regions", **timed_regions(device, args, datas, groups,
+                                                                     regions_from)})
     for row in results["rows"]:
         print(f"{row['row']:68s} {row['img_per_s']:8d} img/s  "
               f"{row['thread_cpu_ms_per_batch']:7.2f} ms of the calling thread per batch")

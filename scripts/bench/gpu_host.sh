@@ -31,6 +31,8 @@
 #                                                    # call per batch (nvbatch), ~2 min
 #   BASE=.cache/base bash scripts/bench/gpu_host.sh OUT_DIR versus [fixed|photos]  # the loader
 #                                 # alone from this tree and another, interleaved, ~1 min a row
+#   bash scripts/bench/gpu_host.sh OUT_DIR regions [photos|fixed]  # the loader alone with
+#                                 # regions off and on from 1 MP, 0.25 MP, every image, ~4 min
 # bench builds two 32,000-image archives (ImageNet-like 500x375, and varied photos with a
 # tail of large ones: make_imagenet_like.py --sizes), measures the inflate rate per core and
 # the plain copy (bench_inflate.py), then on each archive: the loader alone (its first epoch and
@@ -475,15 +477,26 @@ versus() {  # KIND: the loader alone from this tree and from $BASE (another comm
   done
 }
 
+regions() {  # KIND: the loader alone with regions off ("base") and on ("this") from each of
+  # REGIONS_FROM pixels (IMAGELOADER_REGIONS_FROM), interleaved as versus does (BASE=.; MODELS,
+  # LANES and WINDOW as there; ROUNDS 1)
+  local kind=$1 from
+  for from in ${REGIONS_FROM:-1000000 250000 1}; do
+    THIS_ENV="IMAGELOADER_REGIONS_FROM=$from" BASE=. ROUNDS=${ROUNDS:-1} versus "$kind" \
+      | sed "s#, this: #, regions from $from: #; s#, base: #, regions off: #"
+  done
+}
+
 batchcall() {  # nvImageCodec's Python API against one C call per batch (bench_batch_call.py,
   # imageloader/nvbatch.py), decoders alone, both kinds of data; ENGINE (hw); and the C call
-  # decoding the crops of images of REGIONS_FROM pixels or more (1,000,000) as regions
+  # decoding the crops of images of REGIONS_FROM pixels or more as regions, a row per value
+  # ("1000000 250000 1": the large ones, most photos, every image as DALI does)
   local kind archive
   for kind in fixed photos; do
     archive="$data/$kind-16000.tgz"
     ensure_archive "$archive" --sizes "$kind" --images 16000
     python3 $here/bench_batch_call.py --archive "$archive" --images 4096 \
-      --engine "${ENGINE:-hw}" --regions-from "${REGIONS_FROM:-1000000}" \
+      --engine "${ENGINE:-hw}" --regions-from ${REGIONS_FROM:-1000000 250000 1} \
       --out "$out/batchcall-$kind.json" 2>&1 \
       | grep --line-buffered -v "$quiet" | tee "$out/batchcall-$kind.log" | tail -5
   done
@@ -498,8 +511,9 @@ case "$part" in
   beside) beside 2>&1 | tee "$out/beside.log" ;;
   spy) spy "${3:-fixed}" ;;
   versus) versus "${3:-fixed}" 2>&1 | tee "$out/versus-${3:-fixed}.log" ;;
+  regions) regions "${3:-photos}" 2>&1 | tee "$out/regions-${3:-photos}.log" ;;
   dali) dali "${3:-photos}" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
-  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, host, beside, spy, versus, batchcall or none" >&2; exit 2 ;;
+  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, host, beside, spy, versus, regions, batchcall or none" >&2; exit 2 ;;
 esac
