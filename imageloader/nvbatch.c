@@ -19,8 +19,13 @@ typedef struct {
     nvimgcodecCodeStream_t* streams;
     nvimgcodecCodeStream_t* regions; /* sub-code streams: a region of streams[i] */
     nvimgcodecImage_t* images;
+    int32_t* parsed;                 /* height, width of streams[i] as bd_parse read them */
     int on_device;
 } Batcher;
+
+/* bd_decode's answer to sizes or regions that do not fit the parsed JPEGs: decoding would write
+ * past the caller's buffers, so nothing is decoded. */
+#define BD_SIZES_MISMATCH (-2)
 
 void bd_destroy(Batcher* b);
 
@@ -65,7 +70,8 @@ int bd_create(const char* extensions, int device, int backend, int threads, cons
     b->streams = calloc(capacity, sizeof(nvimgcodecCodeStream_t));
     b->regions = calloc(capacity, sizeof(nvimgcodecCodeStream_t));
     b->images = calloc(capacity, sizeof(nvimgcodecImage_t));
-    if (!b->streams || !b->regions || !b->images) {
+    b->parsed = calloc(2 * (size_t)capacity, sizeof(int32_t));
+    if (!b->streams || !b->regions || !b->images || !b->parsed) {
         bd_destroy(b);
         return -1;
     }
@@ -83,11 +89,14 @@ int bd_reserve(Batcher* b, int capacity) {
     if (regions) b->regions = regions;
     nvimgcodecImage_t* images = realloc(b->images, sizeof(*images) * capacity);
     if (images) b->images = images;
-    if (!streams || !regions || !images) return -1;
+    int32_t* parsed = realloc(b->parsed, sizeof(*parsed) * 2 * (size_t)capacity);
+    if (parsed) b->parsed = parsed;
+    if (!streams || !regions || !images || !parsed) return -1;
     size_t more = (size_t)(capacity - b->capacity);
     memset(streams + b->capacity, 0, sizeof(*streams) * more);
     memset(regions + b->capacity, 0, sizeof(*regions) * more);
     memset(images + b->capacity, 0, sizeof(*images) * more);
+    memset(parsed + 2 * (size_t)b->capacity, 0, sizeof(*parsed) * 2 * more);
     b->capacity = capacity;
     return 0;
 }
@@ -98,7 +107,7 @@ int bd_parse(Batcher* b, const uint64_t* addresses, const int64_t* lengths, int 
              int32_t* sizes) {
     if (n > b->capacity) return -1;
     for (int i = 0; i < n; i++) {
-        sizes[2 * i] = sizes[2 * i + 1] = 0;
+        sizes[2 * i] = sizes[2 * i + 1] = b->parsed[2 * i] = b->parsed[2 * i + 1] = 0;
         const unsigned char* data = (const unsigned char*)(uintptr_t)addresses[i];
         if (nvimgcodecCodeStreamCreateFromHostMem(b->instance, &b->streams[i], data,
                                                   (size_t)lengths[i], NULL)
@@ -108,10 +117,22 @@ int bd_parse(Batcher* b, const uint64_t* addresses, const int64_t* lengths, int 
         zero_info(&info);
         if (nvimgcodecCodeStreamGetImageInfo(b->streams[i], &info) != NVIMGCODEC_STATUS_SUCCESS)
             continue;
-        sizes[2 * i] = (int32_t)info.plane_info[0].height;
-        sizes[2 * i + 1] = (int32_t)info.plane_info[0].width;
+        sizes[2 * i] = b->parsed[2 * i] = (int32_t)info.plane_info[0].height;
+        sizes[2 * i + 1] = b->parsed[2 * i + 1] = (int32_t)info.plane_info[0].width;
     }
     return 0;
+}
+
+/* Whether output i (h x w) is what decoding JPEG i gives: its parsed size (0 x 0: not parsed,
+ * not decoded), or its region's, the region inside the image. The caller computes both from
+ * bd_parse's sizes; checked here because a wrong size makes the decoder write past the
+ * caller's buffer (a1fde3b: sizes read from freed memory did, on photos). */
+static int fits(const Batcher* b, int i, int32_t h, int32_t w, const int32_t* regions) {
+    int32_t height = b->parsed[2 * i], width = b->parsed[2 * i + 1];
+    if (!regions || regions[4 * i + 2] <= 0) return h == height && w == width;
+    const int32_t* r = regions + 4 * i;  /* top, left, bottom, right */
+    return 0 <= r[0] && r[0] < r[2] && r[2] <= height && 0 <= r[1] && r[1] < r[3]
+           && r[3] <= width && h == r[2] - r[0] && w == r[3] - r[1];
 }
 
 /* The code stream to decode for JPEG i: its region top, left, bottom, right (regions[4i..4i+3],
@@ -140,10 +161,13 @@ static nvimgcodecCodeStream_t stream_of(Batcher* b, int i, const int32_t* region
  * outputs[i] (channels x h x w bytes, rows of w; h, w the region's where one is given, see
  * stream_of), ordered on cuda_stream: nvImageCodec waits for the work queued there before
  * writing and makes it wait for the decode after. status[i]: 1 decoded, 0 not (a layout this
- * backend refuses, corrupt data). One call into the decoder. */
+ * backend refuses, corrupt data). One call into the decoder. BD_SIZES_MISMATCH, nothing
+ * decoded, where a size does not fit its JPEG (fits). */
 int bd_decode(Batcher* b, int n, int channels, const int32_t* sizes, const int32_t* regions,
               const uint64_t* outputs, void* cuda_stream, int32_t* status) {
     if (n > b->capacity) return -1;
+    for (int i = 0; i < n; i++)
+        if (!fits(b, i, sizes[2 * i], sizes[2 * i + 1], regions)) return BD_SIZES_MISMATCH;
     nvimgcodecCodeStream_t* streams = malloc(sizeof(nvimgcodecCodeStream_t) * (n ? n : 1));
     nvimgcodecImage_t* images = malloc(sizeof(nvimgcodecImage_t) * (n ? n : 1));
     int* which = malloc(sizeof(int) * (n ? n : 1));
@@ -221,6 +245,7 @@ void bd_destroy(Batcher* b) {
         if (b->streams && b->streams[i]) nvimgcodecCodeStreamDestroy(b->streams[i]);
     }
     free(b->images);
+    free(b->parsed);
     free(b->regions);
     free(b->streams);
     nvimgcodecDecoderDestroy(b->decoder);

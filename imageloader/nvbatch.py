@@ -53,6 +53,7 @@ BACKEND_KINDS = {"all": 0, "cpu": 1, "gpu": 2, "hybrid": 3, "hw": 4}
 CPU_ONLY_DEVICE = -99999  # NVIMGCODEC_DEVICE_CPU_ONLY
 CUDA_STUB = "typedef struct CUstream_st* cudaStream_t;\n"
 GROWTH = 1.25  # the output buffer grows by this much over what a batch needs
+SIZES_MISMATCH = -2  # bd_decode's BD_SIZES_MISMATCH
 REGIONS_FROM = "IMAGELOADER_REGIONS_FROM"
 # Pixels kept around a crop box in its region: the crops' bilinear samples reach up to one
 # pixel past the box (roi_align's, gpucrop's), so the region gives them what the whole image
@@ -236,6 +237,9 @@ class BatchDecoder:
         result = self.lib.bd_decode(self.handle, n, self.channels, sizes.astype(np.int32),
                                     regions.astype(np.int32), addresses,
                                     ctypes.c_void_p(self._stream()), self.status)
+        if result == SIZES_MISMATCH:  # ours, not the data's: loud, not a batch to redo
+            raise ValueError("nvbatch: the sizes handed to bd_decode do not fit the JPEGs "
+                             "bd_parse read (nothing was decoded)")
         if result:
             raise RuntimeError(f"nvImageCodec's batch decode failed: status {result}")
         return self._images(buffer, addresses, sizes, self.status[:n].astype(bool), regions)

@@ -154,6 +154,37 @@ def test_every_array_handed_to_c_lives_through_the_call(regions):
             assert np.abs(pixels(image).astype(int) - expected).max() <= 1
 
 
+class Lying(ReusingFreedMemory):
+    """The library, handed one wrong output size: the first image one row taller than its JPEG
+    ("size"), or its region reaching one row past the image ("region")."""
+
+    def __init__(self, lib, wrong: str):
+        super().__init__(lib)
+        self.wrong = wrong
+
+    def bd_decode(self, handle, n, channels, sizes, regions, *rest):
+        sizes, regions = sizes.copy(), regions.copy()
+        height, width = sizes[0]
+        if self.wrong == "region":
+            regions[0] = (0, 0, height + 1, width)
+        sizes[0] = (height + 1, width)
+        return self.lib.bd_decode(handle, n, channels, sizes, regions, *rest)
+
+
+@pytest.mark.parametrize("wrong", ["size", "region"])
+def test_sizes_that_do_not_fit_the_jpegs_are_refused_before_anything_is_written(wrong):
+    """A wrong size would make the decoder write past its buffer (what freed memory did): C
+    checks every size and region against the parsed JPEGs and decodes nothing."""
+    files = [as_array(jpeg(k, (64, 48))) for k in range(3)]
+    decoder = NvImageCodecJpeg(CPU, "RGB", one_call=True)
+    decoder.decode(files)  # the buffer grown
+    decoder.batch.buffer.fill_(7)
+    decoder.batch.lib = Lying(decoder.batch.lib, wrong)
+    with pytest.raises(ValueError, match="do not fit the JPEGs"):
+        decoder.decode(files)
+    assert bool((decoder.batch.buffer == 7).all())
+
+
 def test_the_engines_refusals_are_decoded_again_with_every_backend(monkeypatch):
     """One C call on the engines ("hw") marks what they refuse None; the lane decodes those
     once more through the Python API with every backend, into the same positions."""
