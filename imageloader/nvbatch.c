@@ -123,13 +123,19 @@ int bd_parse(Batcher* b, const uint64_t* addresses, const int64_t* lengths, int 
     return 0;
 }
 
+/* Whether JPEG i is decoded as a region (regions[4i..4i+3]: top, left, bottom, right) rather
+ * than whole: one test for the size check and the decode, so both read the same rows. */
+static int has_region(const int32_t* regions, int i) {
+    return regions && regions[4 * i + 2] > 0;
+}
+
 /* Whether output i (h x w) is what decoding JPEG i gives: its parsed size (0 x 0: not parsed,
  * not decoded), or its region's, the region inside the image. The caller computes both from
  * bd_parse's sizes; checked here because a wrong size makes the decoder write past the
  * caller's buffer (a1fde3b: sizes read from freed memory did, on photos). */
 static int fits(const Batcher* b, int i, int32_t h, int32_t w, const int32_t* regions) {
     int32_t height = b->parsed[2 * i], width = b->parsed[2 * i + 1];
-    if (!regions || regions[4 * i + 2] <= 0) return h == height && w == width;
+    if (!has_region(regions, i)) return h == height && w == width;
     const int32_t* r = regions + 4 * i;  /* top, left, bottom, right */
     return 0 <= r[0] && r[0] < r[2] && r[2] <= height && 0 <= r[1] && r[1] < r[3]
            && r[3] <= width && h == r[2] - r[0] && w == r[3] - r[1];
@@ -139,7 +145,7 @@ static int fits(const Batcher* b, int i, int32_t h, int32_t w, const int32_t* re
  * in pixels, half-open) as a sub-code stream where regions is given and that row's bottom > 0,
  * else the whole image. NULL where the sub-code stream could not be made. */
 static nvimgcodecCodeStream_t stream_of(Batcher* b, int i, const int32_t* regions) {
-    if (!regions || regions[4 * i + 2] <= 0) return b->streams[i];
+    if (!has_region(regions, i)) return b->streams[i];
     nvimgcodecCodeStreamView_t view;
     memset(&view, 0, sizeof(view));
     view.struct_type = NVIMGCODEC_STRUCTURE_TYPE_CODE_STREAM_VIEW;
