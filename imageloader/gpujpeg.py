@@ -57,6 +57,7 @@ import numpy as np
 import torch
 
 from . import prefetch
+from .nvbatch import stream_handle
 
 log = logging.getLogger(__name__)
 DECODERS = ("nvimgcodec", "torchcodec", "torchvision")
@@ -246,7 +247,7 @@ class NvImageCodecJpeg:
         if not again:
             return
         images = self._fallback.decode([streams[i] for i in again], params=self.params,
-                                       cuda_stream=self._stream())
+                                       cuda_stream=stream_handle(self.device))
         for i, image in zip(again, images):
             out[i] = image
 
@@ -258,14 +259,11 @@ class NvImageCodecJpeg:
         except RuntimeError:  # this image alone goes elsewhere (GpuDecode retries, Pillow)
             return None
 
-    def _stream(self) -> int:
-        return torch.cuda.current_stream(self.device).cuda_stream \
-            if self.device.type == "cuda" else 0
-
     def _decode(self, streams: list, fresh: bool = False) -> list:
         reuse = self.kept[:len(streams)] if len(self.kept) >= len(streams) and not fresh \
             else None
-        images = self.decoder.decode(streams, params=self.params, cuda_stream=self._stream(),
+        images = self.decoder.decode(streams, params=self.params,
+                                     cuda_stream=stream_handle(self.device),
                                      **({"images": reuse} if reuse else {}))
         if reuse is None and not fresh:  # first call, or a longer list: these become the
             # kept ones (the old ones are freed in stream order); a failed one leaves a gap

@@ -153,6 +153,12 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     return lib
 
 
+def stream_handle(device: torch.device) -> int:
+    """The current CUDA stream of `device` as nvImageCodec takes it (0 on the CPU): decodes
+    are queued there, after the work queued before."""
+    return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+
+
 class Decoded:
     """One decoded image inside a batch's buffer, C x H x W uint8, read by address: `geometry`
     as gpucrop.image_geometry gives it, and the array interfaces torch and numpy view it by.
@@ -236,7 +242,7 @@ class BatchDecoder:
         addresses = (buffer.data_ptr() + offsets).astype(np.uint64)
         result = self.lib.bd_decode(self.handle, n, self.channels, sizes.astype(np.int32),
                                     regions.astype(np.int32), addresses,
-                                    ctypes.c_void_p(self._stream()), self.status)
+                                    ctypes.c_void_p(stream_handle(self.device)), self.status)
         if result == SIZES_MISMATCH:  # ours, not the data's: loud, not a batch to redo
             raise ValueError("nvbatch: the sizes handed to bd_decode do not fit the JPEGs "
                              "bd_parse read (nothing was decoded)")
@@ -291,10 +297,6 @@ class BatchDecoder:
 
     def _new_buffer(self, nbytes: int) -> torch.Tensor:
         return torch.empty(nbytes + 1, dtype=torch.uint8, device=self.device)
-
-    def _stream(self) -> int:
-        return torch.cuda.current_stream(self.device).cuda_stream \
-            if self.device.type == "cuda" else 0
 
     def close(self) -> None:
         if self.handle:
