@@ -26,7 +26,8 @@ decoders.image_random_crop does so for every image), so the decoder's GPU work (
 conversion, the writes) follows the crop, not the photo; the Huffman decoding stays whole.
 Measured no faster for every image with the Python API (scripts/bench/README.md, "Real
 photos"); through one C call, from 1 MP on photos, the hardware engines alone decode 34% more
-per second (H200, scripts/bench/results/2026-11-27-h200-ctypes); in the loader, not yet shown.
+per second (H200, scripts/bench/results/2026-11-27-h200-ctypes); in the loader alone no
+faster, one lane or two, only lighter on GPU memory (scripts/bench/results/2026-11-27-h200-regions).
 """
 from __future__ import annotations
 
