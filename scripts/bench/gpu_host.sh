@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Everything the GPU host must show, in parts that each fit one device call (run from the
 # repository root):
-#   bash scripts/bench/gpu_host.sh OUT_DIR tests     # the whole suite, CUDA tests included, 8-11 min
-#   bash scripts/bench/gpu_host.sh OUT_DIR tests tests/test_[a-l]*.py  # a part of it (pytest
-#                                                    # arguments): two calls where one is too short
+#   bash scripts/bench/gpu_host.sh OUT_DIR tests     # the whole suite, CUDA tests included,
+#                                                    # 11-14 min on an H200 (2026-11-27)
+#   bash scripts/bench/gpu_host.sh OUT_DIR tests tests/test_[gn]*.py  # a part of it (pytest
+#                                                    # arguments), in three calls: [gn] the GPU
+#                                                    # decoders ~4 min, [a-fh-mp] ~7, [r-z] ~4
 #   bash scripts/bench/gpu_host.sh OUT_DIR bench     # both data sets, loader and training, ~6 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR overlap   # what overlaps: trace, copies, demos, ~3 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR ranks fixed   # 2-GPU host: exactly once, resume,
@@ -98,8 +100,10 @@ tests() {
   # A test blocked in native code with the GIL held never sees pytest-timeout's signal (a CUDA
   # test hung so on the 2 x H100 host), and its thread method needs the GIL too: faulthandler
   # dumps every stack from C after 200 s in one test and ends the run.
+  # --durations: the suite takes ~14 of a session's 30 device minutes; the slowest say where.
   python3 -m pytest -q -rs -p no:cacheprovider --timeout 150 -o faulthandler_timeout=200 \
-    -o faulthandler_exit_on_timeout=true "$@" 2>&1 | grep --line-buffered -v "$quiet" | tee "$out/pytest.log" | tail -30
+    -o faulthandler_exit_on_timeout=true --durations=20 "$@" 2>&1 \
+    | grep --line-buffered -v "$quiet" | tee "$out/pytest.log" | tail -55
 }
 
 bench() {
