@@ -457,3 +457,46 @@ def test_bench_refuses_to_build_an_archive_whose_name_says_the_other_kind(monkey
         bench.check_sizes_match_name(tmp_path / "fixed-16000.tgz", "photos")
     bench.check_sizes_match_name(tmp_path / "photos-16000.tgz", "photos")
     bench.check_sizes_match_name(tmp_path / "imagenet-like.tgz", "fixed")
+
+
+def jpeg_member_archive(path, sizes, extra=()):
+    """A .tar of one JPEG per (width, height) in `sizes` (noise, quality 90), plus `extra`
+    (name, bytes) members."""
+    with tarfile.open(path, "w") as tar:
+        members = []
+        for i, size in enumerate(sizes):
+            pixels = np.random.default_rng(i).integers(0, 256, (size[1], size[0], 3), np.uint8)
+            buffer = io.BytesIO()
+            Image.fromarray(pixels).save(buffer, "JPEG", quality=90)
+            members.append((f"train/c{i % 2}/{i}.jpg", buffer.getvalue()))
+        for name, data in [*members, *extra]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_model_split_lane_replays_the_helpers_choice_on_the_archives_jpegs(monkeypatch, tmp_path):
+    """model_split_lane: images of one size give the CUDA helper nothing (the bytes gate), so
+    every split row is the engines alone, at the cost model's rate; with a tail of large
+    JPEGs the helper takes part and a split beats the engines alone, and no replayed
+    steering beats the best split of each batch. Members the packers keep on the CPU
+    (progressive, not JPEG) are left out."""
+    model = load_script("model_split_lane", monkeypatch)
+    progressive = io.BytesIO()
+    Image.new("RGB", (64, 48), (9, 9, 9)).save(progressive, "JPEG", progressive=True)
+    uniform = tmp_path / "uniform.tar"
+    jpeg_member_archive(uniform, [(64, 48)] * 40, [("train/c0/p.jpg", progressive.getvalue()),
+                                                   ("train/c1/x.jpg", b"not a jpeg" * 9)])
+    result = model.main(script_args(model, "--archive", uniform, "--batch", 16, "--batches", 60))
+    assert result["jpegs"] == 40
+    per_image_s = (12 + 160 * 64 * 48 / 1e6) * 1e-6
+    assert result["engines_alone"] == pytest.approx(1 / per_image_s)
+    for by in ("jpegs", "bytes"):
+        assert result[f"share_in_{by}"]["img_s"] == pytest.approx(1 / per_image_s)
+        assert result[f"share_in_{by}"]["engines_wait"] == 0.0
+    tail = tmp_path / "tail.tar"
+    jpeg_member_archive(tail, [(64, 48)] * 36 + [(640, 480)] * 4)
+    result = model.main(script_args(model, "--archive", tail, "--batch", 16, "--batches", 60))
+    for by in ("jpegs", "bytes"):
+        row = result[f"share_in_{by}"]
+        assert result["engines_alone"] < row["img_s"] <= result["best_split"] * 1.000001, by
