@@ -459,6 +459,21 @@ def test_bench_refuses_to_build_an_archive_whose_name_says_the_other_kind(monkey
     bench.check_sizes_match_name(tmp_path / "imagenet-like.tgz", "fixed")
 
 
+def test_bench_cpu_share_reaches_the_gpu_rows_options_and_labels(monkeypatch, tmp_path):
+    """bench.py --cpu-share sets Options.cpu_share for ours with GPU decoding (not for the CPU
+    path, where it means nothing) and names it in the row."""
+    bench = load_script("bench", monkeypatch)
+    made = []
+    monkeypatch.setattr(bench, "ImageLoader", lambda *a, **kw: made.append(kw["options"]))
+    args = script_args(bench, "--archive", tmp_path / "x.tgz", "--cpu-share", 0.2)
+    bench.our_loader(tmp_path / "x.tgz", args, 2, decode="cuda")
+    bench.our_loader(tmp_path / "x.tgz", args, 2, decode="cpu")
+    assert [options.cpu_share for options in made] == [0.2, None]
+    assert bench.variant_label("cuda", "auto", "none", 0.2) == ", cpu_share 0.2"
+    assert bench.variant_label("cpu", "auto", "none", 0.2) == ""
+    assert bench.variant_label("cuda", "hw+hw", "none", None) == ", lanes hw+hw"
+
+
 def jpeg_member_archive(path, sizes, extra=()):
     """A .tar of one JPEG per (width, height) in `sizes` (noise, quality 90), plus `extra`
     (name, bytes) members."""

@@ -61,6 +61,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu-large", default="none",
                    help="comma-separated Options.cpu_large (pixels; none: off) for ours with "
                         "GPU decoding")
+    p.add_argument("--cpu-share", type=float, default=None,
+                   help="Options.cpu_share for ours with GPU decoding: that share of the images "
+                        "decoded by the packers on the CPU (default: none, or decode=auto's "
+                        "trial)")
     p.add_argument("--helper-factor", type=float, default=None,
                    help="a split lane's CUDA helper takes JPEGs over this many times the "
                         "batch's median bytes (gpujpeg.LARGE_JPEG_FACTOR; default: its own)")
@@ -232,6 +236,9 @@ def our_loader(archive, args, prefetch: int, decode: str = "cpu", options=None,
     options = dataclasses.replace(options, gpu_decoder=args.gpu_decoder,
                                   gpu_lanes=None if lanes == "auto" else lanes,
                                   cpu_large=None if large == "none" else int(float(large)))
+    share = getattr(args, "cpu_share", None)  # the probes that borrow this have no such flag
+    if decode != "cpu" and share is not None:
+        options = dataclasses.replace(options, cpu_share=share)
     return ImageLoader(archive, batch_size=args.batch_size, train=True, size=224,
                        device="cuda", workers=workers, prefetch=prefetch, drop_last=True,
                        decode=decode, options=options, **kw)
@@ -255,19 +262,20 @@ def variants(args, decode: str) -> list[tuple[str, str]]:
             for large in args.cpu_large.split(",")]
 
 
-def variant_label(decode: str, lanes: str, large: str) -> str:
+def variant_label(decode: str, lanes: str, large: str, cpu_share: float | None) -> str:
     if decode == "cpu":
         return ""
     return (f", lanes {lanes}" if lanes != "auto" else "") + (
-        f", cpu_large {large}" if large != "none" else "")
+        f", cpu_large {large}" if large != "none" else "") + (
+        f", cpu_share {cpu_share:g}" if cpu_share is not None else "")
 
 
 def run_ours(trainer, archive, args, prefetch: int, model: str, decode: str = "cpu",
              lanes: str = "auto", large: str = "none") -> dict:
     with our_loader(archive, args, prefetch, decode, lanes=lanes, large=large) as loader:
         loader.prefetcher.record_waits = True
-        label = f"ours {decode} decode, prefetch={prefetch}" + variant_label(decode, lanes,
-                                                                              large)
+        label = f"ours {decode} decode, prefetch={prefetch}" + variant_label(
+            decode, lanes, large, args.cpu_share)
         if args.trace and (prefetch in (0, 2) if decode == "cpu" else True):
             kind = "" if decode == "cpu" else f"-{decode}"
             trace_steps(trainer, loader,
@@ -377,7 +385,7 @@ def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = N
         decoder, fallbacks = loader.decode_name, dict(loader.stats.fallbacks)
     name = f"ours loader alone, {decode} decode, {readers} reader(s)" + (
         f" in {regions} regions" if regions else ", one stream") + variant_label(
-        decode, lanes, large)
+        decode, lanes, large, args.cpu_share)
     print(f"{name:32s} {rate:9.0f} img/s  first epoch {first_epoch:.0f} img/s ({past_start:.0f} "
           f"past its first batch, {first_batch_s:.2f} s)  {decoder} {memory}, cores: this "
           f"process {cores[0]}, all {cores[1]}", flush=True)
