@@ -124,7 +124,8 @@ def probe_args(description: str, steps: int, out: str,
     p.add_argument("--gpu-decoder", default="auto")
     p.add_argument("--out", default=out)
     args = p.parse_args()
-    args.workers = args.gpu_workers = args.readers = None  # our_loader's: the loader's defaults
+    # our_loader's: the loader's defaults
+    args.workers = args.gpu_workers = args.readers = args.cpu_share = None
     return args
 
 
@@ -236,9 +237,8 @@ def our_loader(archive, args, prefetch: int, decode: str = "cpu", options=None,
     options = dataclasses.replace(options, gpu_decoder=args.gpu_decoder,
                                   gpu_lanes=None if lanes == "auto" else lanes,
                                   cpu_large=None if large == "none" else int(float(large)))
-    share = getattr(args, "cpu_share", None)  # the probes that borrow this have no such flag
-    if decode != "cpu" and share is not None:
-        options = dataclasses.replace(options, cpu_share=share)
+    if decode != "cpu" and args.cpu_share is not None:
+        options = dataclasses.replace(options, cpu_share=args.cpu_share)
     return ImageLoader(archive, batch_size=args.batch_size, train=True, size=224,
                        device="cuda", workers=workers, prefetch=prefetch, drop_last=True,
                        decode=decode, options=options, **kw)
