@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from conftest import gzip_header_mtime, read_members
+from conftest import gzip_header_mtime, photo, read_members, write_archive
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS_DIR = REPO_ROOT / "scripts" / "bench"
@@ -474,20 +474,10 @@ def test_bench_cpu_share_reaches_the_gpu_rows_options_and_labels(monkeypatch, tm
     assert bench.variant_label("cuda", "hw+hw", "none", None) == ", lanes hw+hw"
 
 
-def jpeg_member_archive(path, sizes, extra=()):
-    """A .tar of one JPEG per (width, height) in `sizes` (noise, quality 90), plus `extra`
-    (name, bytes) members."""
-    with tarfile.open(path, "w") as tar:
-        members = []
-        for i, size in enumerate(sizes):
-            pixels = np.random.default_rng(i).integers(0, 256, (size[1], size[0], 3), np.uint8)
-            buffer = io.BytesIO()
-            Image.fromarray(pixels).save(buffer, "JPEG", quality=90)
-            members.append((f"train/c{i % 2}/{i}.jpg", buffer.getvalue()))
-        for name, data in [*members, *extra]:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+def jpeg_files(sizes, extra=()):
+    """(name, bytes): one photo-like JPEG per (width, height) in `sizes`, then `extra`."""
+    return [(f"train/c{i % 2}/{i}.jpg", photo(i, size)) for i, size in enumerate(sizes)] + [
+        *extra]
 
 
 def test_model_split_lane_replays_the_helpers_choice_on_the_archives_jpegs(monkeypatch, tmp_path):
@@ -500,8 +490,9 @@ def test_model_split_lane_replays_the_helpers_choice_on_the_archives_jpegs(monke
     progressive = io.BytesIO()
     Image.new("RGB", (64, 48), (9, 9, 9)).save(progressive, "JPEG", progressive=True)
     uniform = tmp_path / "uniform.tar"
-    jpeg_member_archive(uniform, [(64, 48)] * 40, [("train/c0/p.jpg", progressive.getvalue()),
-                                                   ("train/c1/x.jpg", b"not a jpeg" * 9)])
+    write_archive(uniform, jpeg_files([(64, 48)] * 40, [("train/c0/p.jpg", progressive.getvalue()),
+                                                        ("train/c1/x.jpg", b"not a jpeg" * 9)]),
+                  compress=False)
     result = model.main(script_args(model, "--archive", uniform, "--batch", 16, "--batches", 60))
     assert result["jpegs"] == 40
     per_image_s = (12 + 160 * 64 * 48 / 1e6) * 1e-6
@@ -510,7 +501,7 @@ def test_model_split_lane_replays_the_helpers_choice_on_the_archives_jpegs(monke
         assert result[f"share_in_{by}"]["img_s"] == pytest.approx(1 / per_image_s)
         assert result[f"share_in_{by}"]["engines_wait"] == 0.0
     tail = tmp_path / "tail.tar"
-    jpeg_member_archive(tail, [(64, 48)] * 36 + [(640, 480)] * 4)
+    write_archive(tail, jpeg_files([(64, 48)] * 36 + [(640, 480)] * 4), compress=False)
     result = model.main(script_args(model, "--archive", tail, "--batch", 16, "--batches", 60))
     for by in ("jpegs", "bytes"):
         row = result[f"share_in_{by}"]

@@ -16,17 +16,16 @@ split lane, and says how much of the lane's time the engines would wait for the 
 from __future__ import annotations
 
 import argparse
-import io
 import sys
 import tarfile
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from imageloader.decode import gpu_screen  # noqa: E402
 from imageloader.errors import Limits  # noqa: E402
+from imageloader.gpujpeg import LARGE_JPEG_FACTOR  # noqa: E402
 
 WARMUP_BATCHES = 50  # the steering settles from its start share within these
 
@@ -39,9 +38,9 @@ def jpeg_sizes(archive: str, limit: int) -> np.ndarray:
             if not member.isfile():
                 continue
             data = tar.extractfile(member).read()
-            if gpu_screen(data, "RGB", limits)[0] is None:
-                width, height = Image.open(io.BytesIO(data)).size
-                rows.append((len(data), width * height / 1e6))
+            refused, size = gpu_screen(data, "RGB", limits)  # the header's size, once
+            if refused is None:
+                rows.append((len(data), size[0] * size[1] / 1e6))
                 if len(rows) == limit:
                     break
     return np.array(rows, dtype=float)
@@ -119,7 +118,7 @@ def get_args_parser() -> argparse.ArgumentParser:
                         help="the engines' microseconds per image, per megapixel")
     parser.add_argument("--helper-cost", type=cost, default=(43.0, 470.0),
                         help="the CUDA helper's microseconds per image, per megapixel")
-    parser.add_argument("--factor", type=float, default=2.0,
+    parser.add_argument("--factor", type=float, default=LARGE_JPEG_FACTOR,
                         help="the helper takes only JPEGs of this x the median bytes or more")
     parser.add_argument("--seed", type=int, default=0)
     return parser
