@@ -29,6 +29,8 @@
 #                                                    # fed ResNet-18: a model or a loader? ~3 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR spy [fixed|photos]  # where the loader's threads and
 #                                                    # processes spend their time (py-spy), ~2 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR profile [photos|fixed]  # ResNet-18's steps traced
+#                                 # with its data on the GPU and fed by one lane and two, ~3 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR batchcall # nvImageCodec's Python API against one C
 #                                                    # call per batch (nvbatch), ~2 min
 #   BASE=.cache/base bash scripts/bench/gpu_host.sh OUT_DIR versus [fixed|photos]  # the loader
@@ -491,6 +493,33 @@ regions() {  # KIND: the loader alone with regions off ("base") and on ("this") 
   done
 }
 
+profile() {  # KIND: where ResNet-18's steps go when the loader feeds it, on one GPU:
+  # torch.profiler traces of steps 40-44 (train_resnet.py --profile) with the data on the GPU,
+  # fed by the default lane and by LANES2 (two split lanes), decode="cuda"; plot_timeline.py's
+  # summary of each (GPU time per stream, its top kernels, the steps' host time); ARCH
+  local kind=${1:-photos} archive val work run
+  archive="$data/$kind-16000.tgz" val="$data/val-1000.tgz" work=$(mktemp -d)
+  ensure_archive "$archive" --sizes "$kind" --images 16000
+  ensure_archive "$val" --images 1000 --seed 1
+  local train="scripts/train_resnet.py --data $archive --val $val --size 224 --batch-size 256
+    --epochs 1 --max-steps 50 --workers 15 --print-every 0 --decode cuda --arch ${ARCH:-resnet18}
+    --profile --profile-at 40"
+  for run in ceiling one two; do
+    local extra=""
+    [ $run = ceiling ] && extra="--data-on-gpu"
+    [ $run = two ] && extra="--gpu-lanes ${LANES2:-hw|cuda:8+hw|cuda:8}"
+    python3 $train $extra --out-dir "$work/$run" 2>&1 | grep '^steady' | sed "s/^/$kind, $run: /"
+    gzip -c "$work/$run/trace.json" > "$out/trace-$kind-$run.json.gz"
+  done
+  for run in one two; do
+    python3 $here/plot_timeline.py "$work/ceiling/trace.json" --compare "$work/$run/trace.json" \
+      --top 8 --host 8 --labels "data on the GPU" "fed, lanes: $run" \
+      --out "$out/profile-$kind-$run.png" --title "${ARCH:-resnet18} steps 40-44 ($kind)" \
+      > "$out/profile-$kind-$run.log" 2>&1
+    grep -E '^==|nothing on it|in all|host: steps' "$out/profile-$kind-$run.log"
+  done
+}
+
 batchcall() {  # nvImageCodec's Python API against one C call per batch (bench_batch_call.py,
   # imageloader/nvbatch.py), decoders alone, both kinds of data; ENGINE (hw); and the C call
   # decoding the crops of images of REGIONS_FROM pixels or more as regions, a row per value
@@ -510,6 +539,7 @@ case "$part" in
   none) ;;  # the wheels of .whl/ installed, nothing run (a first call before others)
   tests) shift 2; tests "$@" ;;
   bench|overlap|remote|decoders|trial|threads|packers|share|batchcall) "$part" ;;
+  profile) profile "${3:-photos}" 2>&1 | tee "$out/profile-${3:-photos}.log" ;;
   ddp) ddp "${3:-fixed}" 2>&1 | tee "$out/ddp-${3:-fixed}.log" ;;
   host) host "${3:-fixed}" 2>&1 | tee "$out/host-${3:-fixed}.log" ;;
   beside) beside 2>&1 | tee "$out/beside.log" ;;
@@ -519,5 +549,5 @@ case "$part" in
   dali) dali "${3:-photos}" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
-  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, host, beside, spy, versus, regions, batchcall or none" >&2; exit 2 ;;
+  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, host, beside, spy, versus, regions, profile, batchcall or none" >&2; exit 2 ;;
 esac
