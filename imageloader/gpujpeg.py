@@ -75,9 +75,10 @@ LARGE_JPEG_FACTOR = 2.0
 # slow: the helper's share decays to nothing, so its CUDA kernels and threads do not slow a
 # GPU-bound model (ResNet-50 on photos lost 2-3 points to it).
 NEEDED_TO_HELP = 0.5
-# Where the GPU has JPEG engines: one lane, each batch split between them and a CUDA helper
-# that works only while training waits for data (see `lanes`); elsewhere one decoder.
-DEFAULT_SPLIT = "hw|cuda:8"
+# Where the GPU has JPEG engines: two lanes, each splitting its batches between the engines
+# and a CUDA helper; the helpers and the second lane work only while training waits for data
+# (see `lanes`); elsewhere one decoder.
+DEFAULT_SPLIT = "hw|cuda:8+hw|cuda:8"
 _NVJPEG_WHEEL_LIBS = ("nvidia/cu13/lib/libnvjpeg.so.13", "nvidia/nvjpeg/lib/libnvjpeg.so.12")
 
 
@@ -497,10 +498,15 @@ def lanes(preferred: JpegDecoder, spec: int | str | None = None,
     against 80.1, 77.3% (8 s windows, interleaved), ResNet-50 96.1% against 96.2%;
     ImageNet-like alone -6 / +5% on two hosts, ResNet-18 +0.7 / +1.9 points; with its demand
     gate mended, photos alone +15%, ResNet-18 +7 points (H100, 2026-11-26-gpu1-mends-lanes).
-    So where the GPU has engines that split lane is the default (None); `1` is the engines
-    alone. The loader's lanes after the first work only while no finished batch waits for
-    the consumer (Prefetcher's lanes_on_demand): two split lanes add 9-11% to the loader
-    alone and are a wash in training (ResNet-18 -2 to +5 points, ResNet-50 -1 to -2)."""
+    The loader's lanes after the first work only while no finished batch waits for the
+    consumer (Prefetcher's lanes_on_demand). With nvImageCodec's batch in one C call
+    (nvbatch, which lets go of the GIL) two split lanes pay: the loader alone +19-34% on
+    photos (12,878 against 9,596 img/s) and +33% on ImageNet-like data (31,247 against
+    23,560); ResNet-18 on photos +3 to +5 points (78.3, 75.7% against 73.6, 72.6%,
+    interleaved; +7.6% and +12.8 points in two other runs), ImageNet-like a wash (91.2, 91.1
+    against 92.8, 88.1%), ResNet-50 -1.0 / -0.4 points, within noise (H200,
+    2026-11-27-h200-twolanes). So where the GPU has engines two split lanes are the default
+    (None); "hw|cuda:8" is one, `1` the engines alone. They hold ~2.4 GB more GPU memory."""
     if not isinstance(preferred, NvImageCodecJpeg) or preferred.device.type != "cuda":
         check_lanes(spec)  # a bad spec is an error here too
         if spec not in (None, 1):

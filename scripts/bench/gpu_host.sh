@@ -14,8 +14,8 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR decoders  # GPU JPEG decoders alone, lanes, ~4 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR dali photos   # NVIDIA DALI beside ours, same
 #   bash scripts/bench/gpu_host.sh OUT_DIR dali fixed    # archive and host, ~5 min each
-#   bash scripts/bench/gpu_host.sh OUT_DIR lanes photos  # GPU decoding in one lane (the
-#   bash scripts/bench/gpu_host.sh OUT_DIR lanes fixed   # default) vs two, ~4-5 min each
+#   bash scripts/bench/gpu_host.sh OUT_DIR lanes photos  # GPU decoding in two split lanes
+#   bash scripts/bench/gpu_host.sh OUT_DIR lanes fixed   # (the default) vs one, ~4-5 min each
 #   bash scripts/bench/gpu_host.sh OUT_DIR trial     # does decode="auto" keep the faster? ~7 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR threads   # what slows the training thread, ~2 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR packers   # auto vs cuda with 8 and 16 packers, ~4 min
@@ -207,8 +207,8 @@ decoders() {  # the decoders alone on 8,192 images of each kind, batches of 256
   done
 }
 
-lanes() {  # one data kind per call: loader alone and ResNet-18/50, GPU decoding in one
-  # lane (the default) and in two on the JPEG engines (Options.gpu_lanes), 16,000 images;
+lanes() {  # one data kind per call: loader alone and ResNet-18/50, GPU decoding in two
+  # split lanes (the default, "auto") and in one (Options.gpu_lanes), 16,000 images;
   # LANES="hw,hw|hybrid:4" compares others ("|": one lane splitting each batch between the
   # engines and a hybrid helper, gpujpeg.SplitJpeg), MODELS=resnet18 narrows it,
   # CPU_LARGE="none,2000000" adds rows where the packers decode photos of >= 2 MP on the CPU,
@@ -218,7 +218,7 @@ lanes() {  # one data kind per call: loader alone and ResNet-18/50, GPU decoding
   archive="$data/$kind-16000.tgz"
   ensure_archive "$archive" --sizes "$kind" --images 16000
   python3 $here/bench.py --archive "$archive" --shards 0 --models "${MODELS:-resnet18,resnet50}" \
-    --recipes ceiling,ours,loader --decode cuda --gpu-lanes "${LANES:-auto,hw:2+hw:2}" \
+    --recipes ceiling,ours,loader --decode cuda --gpu-lanes "${LANES:-auto,hw|cuda:8}" \
     --cpu-large "${CPU_LARGE:-none}" ${PRIORITY:+--stream-priority $PRIORITY} \
     ${READERS:+--readers $READERS} \
     --prefetch 2 --warmup 100 \
@@ -292,7 +292,7 @@ threads() {  # the GIL, busy cores and the loader's threads against ResNet-18's 
 }
 
 share() {  # probe_gpu_share.py: the loader beside a graphed ResNet-18 step (the GPU shared,
-  # the host idle), feeding it graphed and eager; one engines lane and a split one
+  # the host idle), feeding it graphed and eager; two split lanes (the default) and one
   local archive="$data/photos-16000.tgz"
   ensure_archive "$archive" --sizes photos --images 16000
   python3 $here/probe_gpu_share.py --archive "$archive" --gpu-lanes "${LANES:-auto,hw|cuda:8}" \
@@ -495,7 +495,7 @@ regions() {  # KIND: the loader alone with regions off ("base") and on ("this") 
 
 profile() {  # KIND: where ResNet-18's steps go when the loader feeds it, on one GPU:
   # torch.profiler traces of steps 40-44 (train_resnet.py --profile) with the data on the GPU,
-  # fed by the default lane and by LANES2 (two split lanes), decode="cuda"; plot_timeline.py's
+  # fed by one split lane and by LANES2 (two, the default), decode="cuda"; plot_timeline.py's
   # summary of each (GPU time per stream, its top kernels, the steps' host time); ARCH
   local kind=${1:-photos} archive val work run
   archive="$data/$kind-16000.tgz" val="$data/val-1000.tgz" work=$(mktemp -d)
@@ -507,6 +507,7 @@ profile() {  # KIND: where ResNet-18's steps go when the loader feeds it, on one
   for run in ceiling one two; do
     local extra=""
     [ $run = ceiling ] && extra="--data-on-gpu"
+    [ $run = one ] && extra="--gpu-lanes hw|cuda:8"
     [ $run = two ] && extra="--gpu-lanes ${LANES2:-hw|cuda:8+hw|cuda:8}"
     python3 $train $extra --out-dir "$work/$run" 2>&1 | grep '^steady' | sed "s/^/$kind, $run: /"
     gzip -c "$work/$run/trace.json" > "$out/trace-$kind-$run.json.gz"
