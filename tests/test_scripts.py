@@ -249,6 +249,33 @@ def test_probe_stream_threads_copy_memory_and_count_it(monkeypatch):
     assert busy.copied >= 4 * busy.STREAM_BYTES and busy.copied % busy.STREAM_BYTES == 0
 
 
+@pytest.mark.parametrize("where", ["thread", "process"])
+def test_probe_runs_a_loader_beside_the_steps_until_told_and_counts_its_batches(
+        monkeypatch, tmp_path, where):
+    """probe_host_threads.LoaderBeside: our loader drops its batches in a thread or a spawned
+    process, says it is ready past `warm` batches, goes on counting while the steps run, and
+    ends with the block."""
+    import time
+    from conftest import photo, write_archive
+    probe = load_script("probe_host_threads", monkeypatch)
+    files = [(f"train/c{k % 3}/{k}.jpg", photo(k)) for k in range(24)]
+    archive = write_archive(tmp_path / "a.tgz", files)
+    kwargs = dict(batch_size=4, train=True, size=16, device="cpu", workers=1, prefetch=2,
+                  drop_last=True, decode="cpu")
+    with probe.LoaderBeside(archive, kwargs, where, warm=8, timeout=120) as beside:
+        assert beside.batches.value >= 8  # 6 batches an epoch: into the second
+        seen = beside.batches.value
+        deadline = time.monotonic() + 60
+        while beside.batches.value < seen + 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert beside.batches.value >= seen + 6
+    assert not beside.worker.is_alive()
+    if where == "process":
+        assert beside.worker.exitcode == 0
+    with pytest.raises(ValueError, match="thread' or 'process"):
+        probe.LoaderBeside(archive, kwargs, "rank")
+
+
 PROC_INTERRUPTS = """           CPU0       CPU1       CPU2
  24:          1          0          0  IO-APIC   5-edge      ACPI:Ged
  90:        100         10          0  PCI-MSI 1048576-edge      nvidia

@@ -227,6 +227,14 @@ def ceiling_batches(args, classes: int):
 
 def our_loader(archive, args, prefetch: int, decode: str = "cpu", options=None,
                lanes: str = "auto", large: str = "none", **kw) -> ImageLoader:
+    return ImageLoader(archive, **our_loader_kwargs(args, prefetch, decode, options, lanes,
+                                                    large), **kw)
+
+
+def our_loader_kwargs(args, prefetch: int, decode: str = "cpu", options=None,
+                      lanes: str = "auto", large: str = "none") -> dict:
+    """ImageLoader's arguments for ours (besides the archive): a dict, so that a probe can
+    make the same loader in a process of its own."""
     from imageloader import Options
     # GPU decode: the loader's own count of packers (8; 16 with decode="auto"'s trial),
     # unless --gpu-workers says otherwise.
@@ -239,9 +247,9 @@ def our_loader(archive, args, prefetch: int, decode: str = "cpu", options=None,
                                   cpu_large=None if large == "none" else int(float(large)))
     if decode != "cpu" and args.cpu_share is not None:
         options = dataclasses.replace(options, cpu_share=args.cpu_share)
-    return ImageLoader(archive, batch_size=args.batch_size, train=True, size=224,
-                       device="cuda", workers=workers, prefetch=prefetch, drop_last=True,
-                       decode=decode, options=options, **kw)
+    return dict(batch_size=args.batch_size, train=True, size=224, device="cuda",
+                workers=workers, prefetch=prefetch, drop_last=True, decode=decode,
+                options=options)
 
 
 def exposed_copy_ms(loader) -> float | None:

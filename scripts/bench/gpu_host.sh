@@ -17,7 +17,9 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR lanes photos  # GPU decoding in two split lanes
 #   bash scripts/bench/gpu_host.sh OUT_DIR lanes fixed   # (the default) vs one, ~4-5 min each
 #   bash scripts/bench/gpu_host.sh OUT_DIR trial     # does decode="auto" keep the faster? ~7 min
-#   bash scripts/bench/gpu_host.sh OUT_DIR threads   # what slows the training thread, ~2 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR threads   # what slows the training thread, ~3 min
+#   BESIDE=1 bash scripts/bench/gpu_host.sh OUT_DIR threads  # the loader beside it: in its
+#                                 # process or in another? ~2 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR packers   # auto vs cuda with 8 and 16 packers, ~4 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR share     # the GPU or the host: what holds ResNet-18
 #                                                    # back when the loader feeds it? ~4 min
@@ -284,10 +286,13 @@ packers() {  # is decode="auto" ~3 points under "cuda" for ResNet-18 on photos b
     --out "$out/packers-16.json" 2>&1 | grep --line-buffered -v "$quiet" | tail -4
 }
 
-threads() {  # the GIL, busy cores and the loader's threads against ResNet-18's host side
+threads() {  # the GIL, busy cores and the loader's threads against ResNet-18's host side;
+  # BESIDE=1: only the loader beside the data-on-GPU steps, in a thread of the training
+  # process and in its own process (does sharing the process slow the steps?)
   local archive="$data/photos-16000.tgz"
   ensure_archive "$archive" --sizes photos --images 16000
-  python3 $here/probe_host_threads.py --archive "$archive" --out "$out/threads.json" 2>&1 \
+  python3 $here/probe_host_threads.py --archive "$archive" --out "$out/threads.json" \
+    ${BESIDE:+--beside-only} 2>&1 \
     | grep --line-buffered -v "$quiet" | tee "$out/threads.log" | tail -20
 }
 

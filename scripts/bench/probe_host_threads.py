@@ -13,6 +13,11 @@ side differs between rows):
   slowed ResNet-18 by ~12% where a second training did not: results/2026-11-26-h200x2-host)?
 - how much CPU does each thread of the training process spend per batch when the loader
   feeds it (decode="cuda"): /proc/self/task/*/stat, by thread name?
+- does the loader slow the step by sharing its process, or wherever it runs? Fed ResNet-18 on
+  photos spent 25-42 ms of host time a step against 19-20 with its data on the GPU, the GPU
+  idle 38% of the window with 1% data-wait (results/2026-11-27-h200-twolanes). So the loader
+  runs beside the data-on-GPU steps with its batches dropped, in a thread of the training
+  process and in a process of its own (LoaderBeside; --beside-only: just those rows).
 """
 from __future__ import annotations
 
@@ -24,9 +29,11 @@ import os
 import sys
 import threading
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
+import torch.multiprocessing
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (also puts the repository on sys.path)
@@ -105,16 +112,85 @@ class Interference:
             self.copied += self.STREAM_BYTES  # a race between threads only loses a count
 
 
-def ceiling_row(trainer, args, label: str, **interference) -> dict:
+def drain(archive, loader_kwargs: dict, ready, stop, batches, warm: int) -> None:
+    """Our loader with its batches dropped until `stop` is set; `ready` once `warm` batches
+    came (past the first epoch, so what follows reads the plain copy as training would);
+    `batches` counts them. Its batches' waits go to a stream of its own, not the training's
+    (a thread's current stream is its own setting)."""
+    from imageloader import ImageLoader
+    device = torch.device(loader_kwargs["device"])
+    side = torch.cuda.Stream(device) if device.type == "cuda" else None
+    with ImageLoader(archive, **loader_kwargs) as loader, \
+            (torch.cuda.stream(side) if side is not None else nullcontext()):
+        for n, _ in enumerate(bench.forever(loader), 1):
+            with batches.get_lock():
+                batches.value += 1
+            if n == warm:
+                ready.set()
+            if stop.is_set():
+                return
+
+
+class LoaderBeside:
+    """`drain` beside the training, `where`: "thread" (in the training process: its lanes,
+    helpers and their CUDA calls share the process with the training thread) or "process"
+    (spawned: its own process and CUDA context on the same GPU). Not a daemon process: the
+    loader starts processes of its own."""
+
+    def __init__(self, archive, loader_kwargs: dict, where: str = "thread", warm: int = 80,
+                 timeout: float = 600.0):
+        if where not in ("thread", "process"):
+            raise ValueError(f"where must be 'thread' or 'process', got {where!r}")
+        self.where, self.timeout = where, timeout
+        context = torch.multiprocessing.get_context("spawn")
+        self.batches = context.Value("q", 0)
+        if where == "thread":
+            self.ready, self.stop = threading.Event(), threading.Event()
+            make = threading.Thread
+        else:
+            self.ready, self.stop = context.Event(), context.Event()
+            make = context.Process
+        self.worker = make(target=drain, args=(archive, loader_kwargs, self.ready, self.stop,
+                                               self.batches, warm), daemon=False)
+
+    def __enter__(self):
+        self.worker.start()
+        deadline = time.monotonic() + self.timeout
+        while not self.ready.wait(0.5):
+            if not self.worker.is_alive() or time.monotonic() > deadline:
+                self.__exit__()
+                raise RuntimeError(f"the loader beside ({self.where}) never warmed up")
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.worker.join(60)
+        if self.where == "process" and self.worker.is_alive():
+            self.worker.terminate()
+            self.worker.join(10)
+
+
+def ceiling_row(trainer, args, label: str, beside: str | None = None, **interference) -> dict:
+    """ResNet steps on data already on the GPU beside the `interference` threads, or beside
+    our loader (`beside`: "thread" or "process", LoaderBeside)."""
     batches = bench.ceiling_batches(args, 100)
-    with Interference(**interference) as busy:
+    neighbour = LoaderBeside(args.archive, bench.our_loader_kwargs(args, 2, "cuda"), beside) \
+        if beside else nullcontext()
+    with Interference(**interference) as busy, neighbour:
         main0, t0 = time.thread_time(), time.perf_counter()
+        before = neighbour.batches.value if beside else 0
         result = bench.timed_training(trainer, batches, args, label)
+        seconds = time.perf_counter() - t0
         steps = result["images"] / args.batch_size
         result["main_thread_cpu_ms_per_step"] = (time.thread_time() - main0) * 1e3 / (
             steps + args.warmup)
-        result["streamed_gb_per_s"] = busy.copied / 1e9 / (time.perf_counter() - t0)
+        result["streamed_gb_per_s"] = busy.copied / 1e9 / seconds
+        if beside:
+            result["beside_img_per_s"] = (neighbour.batches.value - before) \
+                * args.batch_size / seconds
     streamed = f", others copied {result['streamed_gb_per_s']:.1f} GB/s" if busy.stream else ""
+    if beside:
+        streamed += f", the loader beside dropped {result['beside_img_per_s']:.0f} img/s"
     print(f"{'':32s} main thread CPU {result['main_thread_cpu_ms_per_step']:.1f} ms/step"
           + streamed, flush=True)
     return result
@@ -146,11 +222,22 @@ def loader_row(trainer, args, label: str, switch: float | None = None) -> dict:
 
 
 def main() -> None:
-    args = bench.probe_args(__doc__.splitlines()[0], steps=400, out="bench-out/threads.json")
+    args = bench.probe_args(__doc__.splitlines()[0], steps=400, out="bench-out/threads.json",
+                            extra=lambda p: p.add_argument(
+                                "--beside-only", action="store_true",
+                                help="only the rows with our loader beside the steps"))
     configure_cuda_queues()
     trainer = bench.Trainer(args.model, 100)
     cores = os.cpu_count() or 1
-    rows = [ceiling_row(trainer, args, "data on GPU"),
+    first = ceiling_row(trainer, args, "data on GPU")
+    beside = [ceiling_row(trainer, args, "+ loader in a thread, batches dropped",
+                          beside="thread"),
+              ceiling_row(trainer, args, "+ loader in its own process, batches dropped",
+                          beside="process")]
+    if args.beside_only:
+        return write(args, [first, *beside, loader_row(trainer, args, "loader, decode=cuda"),
+                            ceiling_row(trainer, args, "data on GPU, again")])
+    rows = [first, *beside,
             ceiling_row(trainer, args, "+ GIL held 1 ms of 20", gil_ms=1),
             ceiling_row(trainer, args, "+ GIL held 3 ms of 20", gil_ms=3),
             ceiling_row(trainer, args, f"+ {cores - 4} busy threads", busy=cores - 4),
@@ -165,6 +252,10 @@ def main() -> None:
             loader_row(trainer, args, "loader, decode=cuda"),
             loader_row(trainer, args, "loader, switch interval 0.5 ms", switch=5e-4),
             ceiling_row(trainer, args, "data on GPU, again")]
+    write(args, rows)
+
+
+def write(args, rows: list[dict]) -> None:
     out = {"environment": bench.environment(), "args": vars(args), "rows": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))
