@@ -276,6 +276,33 @@ def test_probe_runs_a_loader_beside_the_steps_until_told_and_counts_its_batches(
         probe.LoaderBeside(archive, kwargs, "rank")
 
 
+def test_probe_cuda_calls_make_the_decoders_pattern_per_image_and_keep_the_pace(monkeypatch):
+    """probe_host_threads.CudaCalls: per image a copy to the device, a memset, an event
+    recorded and waited for, on its own stream; a batch takes at least images / rate seconds;
+    a failed call raises (a silent row would pass for one with interference)."""
+    import time
+    import types
+    probe = load_script("probe_host_threads", monkeypatch)
+    calls = []
+
+    class Runtime:
+        def __getattr__(self, name):
+            return lambda *args: calls.append(name) or 0
+    calls_obj = probe.CudaCalls.__new__(probe.CudaCalls)
+    calls_obj.rt = Runtime()
+    calls_obj.host = calls_obj.source = calls_obj.target = __import__("torch").zeros(4)
+    calls_obj.stream = types.SimpleNamespace(cuda_stream=7)
+    calls_obj.event = __import__("ctypes").c_void_p(1)
+    start = time.perf_counter()
+    assert calls_obj.batch(images_per_s=100, images=5) == 5
+    assert time.perf_counter() - start >= 0.05 * 0.9
+    assert calls == ["cudaMemcpyAsync", "cudaMemsetAsync", "cudaEventRecord",
+                     "cudaEventSynchronize"] * 5
+    calls_obj.rt = types.SimpleNamespace(cudaMemcpyAsync=lambda *args: 2)
+    with pytest.raises(RuntimeError, match="status 2"):
+        calls_obj.batch(images_per_s=100, images=1)
+
+
 PROC_INTERRUPTS = """           CPU0       CPU1       CPU2
  24:          1          0          0  IO-APIC   5-edge      ACPI:Ged
  90:        100         10          0  PCI-MSI 1048576-edge      nvidia

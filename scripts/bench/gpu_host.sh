@@ -287,8 +287,9 @@ packers() {  # is decode="auto" ~3 points under "cuda" for ResNet-18 on photos b
 }
 
 threads() {  # the GIL, busy cores and the loader's threads against ResNet-18's host side;
-  # BESIDE=1: only the loader beside the data-on-GPU steps, in a thread of the training
-  # process and in its own process (does sharing the process slow the steps?)
+  # BESIDE=1: only what runs beside the data-on-GPU steps: the GPU decoder's per-image CUDA
+  # calls (ctypes, no GIL), the loader in a thread of the training process, the loader in its
+  # own process, then the loader feeding them (does sharing the process slow the steps?)
   local archive="$data/photos-16000.tgz"
   ensure_archive "$archive" --sizes photos --images 16000
   python3 $here/probe_host_threads.py --archive "$archive" --out "$out/threads.json" \

@@ -15,14 +15,17 @@ side differs between rows):
   feeds it (decode="cuda"): /proc/self/task/*/stat, by thread name?
 - does the loader slow the step by sharing its process, or wherever it runs? Fed ResNet-18 on
   photos spent 25-42 ms of host time a step against 19-20 with its data on the GPU, the GPU
-  idle 38% of the window with 1% data-wait (results/2026-11-27-h200-twolanes). So the loader
-  runs beside the data-on-GPU steps with its batches dropped, in a thread of the training
-  process and in a process of its own (LoaderBeside; --beside-only: just those rows).
+  idle 38% of the window with 1% data-wait, and single kernel launches of the training and
+  autograd threads blocked for 1-5 ms (results/2026-11-27-h200-twolanes). So beside the
+  data-on-GPU steps run: the decoder's per-image CUDA calls alone, from a thread that lets go
+  of the GIL (CudaCalls); the loader with its batches dropped, in a thread of the training
+  process and in a process of its own (LoaderBeside). --beside-only: just those rows.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import ctypes
 import hashlib
 import json
 import os
@@ -63,15 +66,21 @@ class Interference:
     hashing (hashlib drops the GIL for large buffers; the work stays in each core's own cache),
     or `stream` threads copying 64 MB buffers (numpy drops the GIL: memory traffic through the
     shared last-level cache, as readers and packers copying JPEG bytes make), at niceness
-    `nice`. `copied` counts the bytes the stream threads moved."""
+    `nice`; `cuda_calls`: a thread making a GPU decoder's CUDA calls for that many images a
+    second (CudaCalls). `copied` counts the bytes the stream threads moved, `images` the
+    images' worth of CUDA calls made."""
 
     STREAM_BYTES = 64 << 20
 
-    def __init__(self, gil_ms: float = 0.0, busy: int = 0, nice: int = 0, stream: int = 0):
+    def __init__(self, gil_ms: float = 0.0, busy: int = 0, nice: int = 0, stream: int = 0,
+                 cuda_calls: int = 0):
         self.gil_ms, self.busy, self.nice, self.stream = gil_ms, busy, nice, stream
+        self.cuda_calls = cuda_calls  # images per second of CudaCalls' pattern, 0: none
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
         self.copied = 0
+        self.images = 0  # what the CUDA-calls thread made
+        self.error: BaseException | None = None
 
     def __enter__(self):
         if self.gil_ms:
@@ -80,6 +89,8 @@ class Interference:
                          for _ in range(self.busy)]
         self.threads += [threading.Thread(target=self._copy, daemon=True)
                          for _ in range(self.stream)]
+        if self.cuda_calls:
+            self.threads.append(threading.Thread(target=self._call_cuda, daemon=True))
         for thread in self.threads:
             thread.start()
         return self
@@ -88,6 +99,8 @@ class Interference:
         self.stop.set()
         for thread in self.threads:
             thread.join()
+        if self.error is not None:  # a row without its interference would pass for one
+            raise RuntimeError("an interference thread failed") from self.error
 
     def _hold_gil(self):
         while not self.stop.is_set():
@@ -110,6 +123,73 @@ class Interference:
         while not self.stop.is_set():
             np.copyto(target, source)
             self.copied += self.STREAM_BYTES  # a race between threads only loses a count
+
+
+    def _call_cuda(self):
+        try:
+            calls = CudaCalls(torch.device("cuda"))
+            try:
+                while not self.stop.is_set():
+                    self.images += calls.batch(self.cuda_calls)
+            finally:
+                calls.close()
+        except BaseException as error:  # noqa: BLE001 (handed to __exit__)
+            self.error = error
+
+
+class CudaCalls:
+    """The CUDA calls nvImageCodec's hardware path makes per image (traced on an H200, one
+    native thread: a host-to-device copy, a kernel, an event recorded and waited for), made
+    through ctypes into the CUDA runtime torch loaded: the GIL is let go for each call, as
+    the decoder lets it go, so what they cost the training thread is the driver's (one
+    process, one CUDA context), not Python's. A memset stands in for the kernel."""
+
+    IMAGE_BYTES = 110_000   # a photo's JPEG (make_imagenet_like --sizes photos: 109.5 KB)
+    PIXEL_BYTES = 600_000   # its decoded crop source, about (0.45 MP mean, 3 channels ~1.3 MB)
+
+    def __init__(self, device: torch.device, runtime=None):
+        self.rt = runtime or cuda_runtime()
+        self.host = torch.empty(self.IMAGE_BYTES, dtype=torch.uint8).pin_memory()
+        self.source = torch.empty(self.IMAGE_BYTES, dtype=torch.uint8, device=device)
+        self.target = torch.empty(self.PIXEL_BYTES, dtype=torch.uint8, device=device)
+        self.stream = torch.cuda.Stream(device)
+        self.event = ctypes.c_void_p()
+        self._check(self.rt.cudaEventCreateWithFlags(ctypes.byref(self.event), 2))  # no timing
+
+    def batch(self, images_per_s: int, images: int = 256) -> int:
+        """`images` rounds of the pattern, then a sleep that keeps them at `images_per_s`."""
+        start = time.perf_counter()
+        rt, stream = self.rt, ctypes.c_void_p(self.stream.cuda_stream)
+        for _ in range(images):
+            self._check(rt.cudaMemcpyAsync(ctypes.c_void_p(self.source.data_ptr()),
+                                           ctypes.c_void_p(self.host.data_ptr()),
+                                           ctypes.c_size_t(self.IMAGE_BYTES), 1, stream))
+            self._check(rt.cudaMemsetAsync(ctypes.c_void_p(self.target.data_ptr()), 0,
+                                           ctypes.c_size_t(self.PIXEL_BYTES), stream))
+            self._check(rt.cudaEventRecord(self.event, stream))
+            self._check(rt.cudaEventSynchronize(self.event))
+        time.sleep(max(0.0, images / images_per_s - (time.perf_counter() - start)))
+        return images
+
+    def close(self) -> None:
+        if self.event:
+            self.rt.cudaEventDestroy(self.event)
+            self.event = ctypes.c_void_p()
+
+    @staticmethod
+    def _check(status: int) -> None:
+        if status != 0:
+            raise RuntimeError(f"CUDA runtime call failed with status {status}")
+
+
+def cuda_runtime():
+    """The CUDA runtime library this process already loaded (torch's), by its path in
+    /proc/self/maps: another copy would be another runtime, with a context of its own."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        path = line.split()[-1] if len(line.split()) >= 6 else ""
+        if "libcudart.so" in Path(path).name:
+            return ctypes.CDLL(path)
+    raise RuntimeError("no CUDA runtime library loaded in this process")
 
 
 def drain(archive, loader_kwargs: dict, ready, stop, batches, warm: int) -> None:
@@ -179,18 +259,22 @@ def ceiling_row(trainer, args, label: str, beside: str | None = None, **interfer
     with Interference(**interference) as busy, neighbour:
         main0, t0 = time.thread_time(), time.perf_counter()
         before = neighbour.batches.value if beside else 0
+        images0 = busy.images
         result = bench.timed_training(trainer, batches, args, label)
         seconds = time.perf_counter() - t0
         steps = result["images"] / args.batch_size
         result["main_thread_cpu_ms_per_step"] = (time.thread_time() - main0) * 1e3 / (
             steps + args.warmup)
         result["streamed_gb_per_s"] = busy.copied / 1e9 / seconds
+        result["cuda_calls_images_per_s"] = (busy.images - images0) / seconds
         if beside:
             result["beside_img_per_s"] = (neighbour.batches.value - before) \
                 * args.batch_size / seconds
     streamed = f", others copied {result['streamed_gb_per_s']:.1f} GB/s" if busy.stream else ""
     if beside:
         streamed += f", the loader beside dropped {result['beside_img_per_s']:.0f} img/s"
+    if busy.cuda_calls:
+        streamed += f", CUDA calls for {result['cuda_calls_images_per_s']:.0f} images/s"
     print(f"{'':32s} main thread CPU {result['main_thread_cpu_ms_per_step']:.1f} ms/step"
           + streamed, flush=True)
     return result
@@ -230,7 +314,9 @@ def main() -> None:
     trainer = bench.Trainer(args.model, 100)
     cores = os.cpu_count() or 1
     first = ceiling_row(trainer, args, "data on GPU")
-    beside = [ceiling_row(trainer, args, "+ loader in a thread, batches dropped",
+    beside = [ceiling_row(trainer, args, "+ the decoder's CUDA calls in a thread, 12,000 "
+                          "images/s", cuda_calls=12_000),
+              ceiling_row(trainer, args, "+ loader in a thread, batches dropped",
                           beside="thread"),
               ceiling_row(trainer, args, "+ loader in its own process, batches dropped",
                           beside="process")]
