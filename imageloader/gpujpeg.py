@@ -79,6 +79,18 @@ NEEDED_TO_HELP = 0.5
 # and a CUDA helper; the helpers and the second lane work only while training waits for data
 # (see `lanes`); elsewhere one decoder.
 DEFAULT_SPLIT = "hw|cuda:8+hw|cuda:8"
+# An experiment, off unless IMAGELOADER_DECODER_POOLS=1 (A/B in one call: `THIS_ENV=
+# IMAGELOADER_DECODER_POOLS=1 BASE=. gpu_host.sh OUT versus photos`): two nvImageCodec options
+# DALI's image decoder sets and we did not: the engines' batch preallocated
+# (nvjpeg_hw_decoder:preallocate_batch_size, DALI gives its batch size) and nvJPEG's pinned
+# buffers padded (nvjpeg_cuda_decoder:host_memory_padding, DALI's default 8 MB), so that photos
+# of growing sizes do not make the decoders reallocate while training: a trace of ResNet-18 fed
+# photos caught a CUDA helper's cudaFreeHost + cudaHostAlloc (nvJPEG growing a pinned buffer)
+# holding a training-thread launch for 5 ms (results/2026-11-27-h200-twolanes). Device
+# padding would need allocators of our own: nvImageCodec ignores it without them.
+POOLS = "IMAGELOADER_DECODER_POOLS"
+POOL_OPTIONS = ("nvjpeg_hw_decoder:preallocate_batch_size=256 "
+                "nvjpeg_cuda_decoder:host_memory_padding=8388608")
 _NVJPEG_WHEEL_LIBS = ("nvidia/cu13/lib/libnvjpeg.so.13", "nvidia/nvjpeg/lib/libnvjpeg.so.12")
 
 
@@ -177,6 +189,8 @@ class NvImageCodecJpeg:
         options = "nvjpeg_hw_decoder:fancy_upsampling=0 nvjpeg_cuda_decoder:fancy_upsampling=0"
         if self.device.type != "cuda":  # the CPU backend (libjpeg-turbo): tests without a GPU
             return "cpu", threads, options
+        if os.environ.get(POOLS) == "1":
+            options += " " + POOL_OPTIONS
         if engine == "cuda":
             # Huffman decoding on the GPU as well (nvJPEG's GPU-hybrid backend): the CPU
             # threads only feed it, so a lane of this kind costs ~4 cores, not ~12

@@ -652,10 +652,14 @@ def nvimgcodec_engine(engine: str):
 
 @cuda
 @pytest.mark.parametrize("engine", ENGINES + ("hw|hybrid", "hw|cuda", "hw@python", "all@python",
-                                    "hw@regions", "cuda@regions"))
-def test_each_nvimgcodec_engine_matches_the_cpu_path(engine):
+                                    "hw@regions", "cuda@regions", "hw|cuda@pools"))
+def test_each_nvimgcodec_engine_matches_the_cpu_path(engine, monkeypatch):
     """The lanes' engines (hardware, CUDA with Huffman on the GPU, nvImageCodec's choice) on
-    sizes up to 5 MP, every subsampling and grayscale, through the whole GPU stage."""
+    sizes up to 5 MP, every subsampling and grayscale, through the whole GPU stage; "@pools":
+    with IMAGELOADER_DECODER_POOLS=1 (preallocated and padded decoder buffers, an experiment)."""
+    if engine.endswith("@pools"):
+        monkeypatch.setenv("IMAGELOADER_DECODER_POOLS", "1")
+        engine = engine.removesuffix("@pools")
     assert_gpu_stage_matches_the_cpu_path([nvimgcodec_engine(engine)], True, engine)
 
 

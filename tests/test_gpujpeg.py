@@ -147,6 +147,23 @@ def test_the_default_is_two_split_lanes_where_the_gpu_has_jpeg_engines_else_one_
     assert _lane_kinds("hw|cuda:8", engines=True) == [split]  # the one lane of before
 
 
+@pytest.mark.parametrize("engine", ["hw", "cuda", "hybrid", "all"])
+def test_decoder_pools_reach_the_gpu_decoders_options_only_when_asked(monkeypatch, engine):
+    """IMAGELOADER_DECODER_POOLS=1 (an experiment) adds DALI's preallocation and pinned padding
+    to nvImageCodec's options on a GPU, beside the options it always has; unset, nothing."""
+    from imageloader.gpujpeg import POOL_OPTIONS, POOLS, NvImageCodecJpeg
+    on_gpu = types.SimpleNamespace(device=torch.device("cuda"))
+    monkeypatch.delenv(POOLS, raising=False)
+    _, _, options = NvImageCodecJpeg._setup(on_gpu, engine, None)
+    assert "fancy_upsampling=0" in options and "preallocate" not in options
+    monkeypatch.setenv(POOLS, "1")
+    _, _, pooled = NvImageCodecJpeg._setup(on_gpu, engine, None)
+    assert pooled.replace(" " + POOL_OPTIONS, "") == options  # added, nothing else changed
+    assert "host_memory_padding=8388608" in pooled and "preallocate_batch_size=256" in pooled
+    _, _, on_cpu = NvImageCodecJpeg._setup(types.SimpleNamespace(device=CPU), engine, None)
+    assert "preallocate" not in on_cpu  # the CPU backend has no such buffers
+
+
 def test_first_makes_only_the_best_decoder_that_loads(monkeypatch):
     """The loader asks for one decoder: the others are not made (each holds GPU resources)."""
     import imageloader.gpujpeg as gpujpeg
