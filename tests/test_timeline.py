@@ -149,6 +149,26 @@ def test_host_summary_gives_each_traced_step_and_the_heaviest_cpu_ops(timeline) 
     assert "steps (ms) 40: 30.0, 41: 25.0" in text and "2.50 ms     2x  aten::conv2d" in text
 
 
+def test_thread_calls_show_which_threads_cuda_calls_sometimes_block(timeline) -> None:
+    def call(name, tid, ts, dur):
+        return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": tid, "ts": ts,
+                "dur": dur}
+
+    trace = {"traceEvents": [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}},
+        call("cudaLaunchKernel", 1, 0.0, 8.0), call("cudaLaunchKernel", 1, 10.0, 9.0),
+        call("cudaLaunchKernel", 1, 20.0, 5_000.0),
+        call("cudaEventSynchronize", 2, 0.0, 100.0), call("cudaEventSynchronize", 2, 200.0, 600.0),
+        {"ph": "X", "cat": "cpu_op", "name": "aten::conv2d", "pid": 1, "tid": 1, "ts": 0.0,
+         "dur": 9e6}]}
+    rows = timeline.thread_calls(trace, 5)
+    assert [(r["thread"], r["call"], r["count"]) for r in rows] == [
+        ("main", "cudaLaunchKernel", 3), ("tid 2", "cudaEventSynchronize", 2)]
+    assert rows[0]["median_us"] == 9.0 and rows[0]["max_ms"] == 5.0
+    assert rows[0]["long_ms"] == 5.0 and rows[1]["long_ms"] == pytest.approx(0.6)
+    assert "main" in timeline.format_thread_calls(rows) and len(timeline.thread_calls(trace, 1)) == 1
+
+
 def test_top_kernels_ranks_each_streams_kernels_by_gpu_time(timeline) -> None:
     events = timeline.gpu_events(synthetic_trace())
     events.append(timeline.GpuEvent("kernel", "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float>",

@@ -520,10 +520,10 @@ profile() {  # KIND: where ResNet-18's steps go when the loader feeds it, on one
   done
   for run in one two; do
     python3 $here/plot_timeline.py "$work/ceiling/trace.json" --compare "$work/$run/trace.json" \
-      --top 8 --host 8 --labels "data on the GPU" "fed, lanes: $run" \
+      --top 8 --host 8 --threads 8 --labels "data on the GPU" "fed, lanes: $run" \
       --out "$out/profile-$kind-$run.png" --title "${ARCH:-resnet18} steps 40-44 ($kind)" \
       > "$out/profile-$kind-$run.log" 2>&1
-    grep -E '^==|nothing on it|in all|host: steps' "$out/profile-$kind-$run.log"
+    grep -E '^==|nothing on it|in all|host: steps|cudaLaunchKernel ' "$out/profile-$kind-$run.log"
   done
 }
 
