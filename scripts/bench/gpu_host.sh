@@ -33,6 +33,8 @@
 #                                                    # processes spend their time (py-spy), ~2 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR profile [photos|fixed]  # ResNet-18's steps traced
 #                                 # with its data on the GPU and fed by one lane and two, ~3 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR suspects  # what slows ResNet-18's training thread
+#                                 # on photos: the probe's rows, decoder pools, regions, ~8 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR batchcall # nvImageCodec's Python API against one C
 #                                                    # call per batch (nvbatch), ~2 min
 #   BASE=.cache/base bash scripts/bench/gpu_host.sh OUT_DIR versus [fixed|photos]  # the loader
@@ -527,6 +529,21 @@ profile() {  # KIND: where ResNet-18's steps go when the loader feeds it, on one
   done
 }
 
+suspects() {  # what slows ResNet-18's training thread when the loader feeds it photos
+  # (results/2026-11-27-h200-twolanes: its launches block for ms, the GPU idles 38%), one call:
+  # probe_host_threads' rows beside the data-on-GPU steps (BESIDE=1 threads); the decoders'
+  # buffers preallocated and padded as DALI does (IMAGELOADER_DECODER_POOLS=1) against not,
+  # ResNet-18 fed, interleaved; every image's crop decoded as a region (smaller kernels on a
+  # busy GPU; DALI does so) against none, ResNet-18 fed. ~8 min
+  BESIDE=1 threads
+  echo "== IMAGELOADER_DECODER_POOLS=1 (this) against not (base), ResNet-18 fed"
+  THIS_ENV=IMAGELOADER_DECODER_POOLS=1 BASE=. MODELS=resnet18 ROUNDS=${ROUNDS:-2} \
+    versus photos | tee "$out/pools-photos.log"
+  echo "== regions for every image against none, ResNet-18 fed"
+  REGIONS_FROM=1 MODELS=resnet18 ROUNDS=${ROUNDS:-2} regions photos \
+    | tee "$out/regions-r18-photos.log"
+}
+
 batchcall() {  # nvImageCodec's Python API against one C call per batch (bench_batch_call.py,
   # imageloader/nvbatch.py), decoders alone, both kinds of data; ENGINE (hw); and the C call
   # decoding the crops of images of REGIONS_FROM pixels or more as regions, a row per value
@@ -545,7 +562,7 @@ batchcall() {  # nvImageCodec's Python API against one C call per batch (bench_b
 case "$part" in
   none) ;;  # the wheels of .whl/ installed, nothing run (a first call before others)
   tests) shift 2; tests "$@" ;;
-  bench|overlap|remote|decoders|trial|threads|packers|share|batchcall) "$part" ;;
+  bench|overlap|remote|decoders|trial|threads|packers|share|batchcall|suspects) "$part" ;;
   profile) profile "${3:-photos}" 2>&1 | tee "$out/profile-${3:-photos}.log" ;;
   ddp) ddp "${3:-fixed}" 2>&1 | tee "$out/ddp-${3:-fixed}.log" ;;
   host) host "${3:-fixed}" 2>&1 | tee "$out/host-${3:-fixed}.log" ;;
@@ -556,5 +573,5 @@ case "$part" in
   dali) dali "${3:-photos}" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
-  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, host, beside, spy, versus, regions, profile, batchcall or none" >&2; exit 2 ;;
+  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, host, beside, spy, versus, regions, profile, suspects, batchcall or none" >&2; exit 2 ;;
 esac
