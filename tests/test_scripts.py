@@ -274,6 +274,12 @@ def test_probe_runs_a_loader_beside_the_steps_until_told_and_counts_its_batches(
         assert beside.worker.exitcode == 0
     with pytest.raises(ValueError, match="thread' or 'process"):
         probe.LoaderBeside(archive, kwargs, "rank")
+    broken = dict(kwargs, batch_size=0)  # the loader refuses it: never warm, said so
+    with pytest.raises(RuntimeError, match=f"beside \\({where}\\) never warmed up") as raised:
+        with probe.LoaderBeside(archive, broken, where, warm=8, timeout=60):
+            pass
+    if where == "thread":  # its cause with it (a process prints its own traceback)
+        assert "batch_size" in str(raised.value.__cause__)
 
 
 def test_probe_cuda_calls_make_the_decoders_pattern_per_image_and_keep_the_pace(monkeypatch):

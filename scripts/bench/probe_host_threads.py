@@ -124,7 +124,6 @@ class Interference:
             np.copyto(target, source)
             self.copied += self.STREAM_BYTES  # a race between threads only loses a count
 
-
     def _call_cuda(self):
         try:
             calls = CudaCalls(torch.device("cuda"))
@@ -144,8 +143,8 @@ class CudaCalls:
     the decoder lets it go, so what they cost the training thread is the driver's (one
     process, one CUDA context), not Python's. A memset stands in for the kernel."""
 
-    IMAGE_BYTES = 110_000   # a photo's JPEG (make_imagenet_like --sizes photos: 109.5 KB)
-    PIXEL_BYTES = 600_000   # its decoded crop source, about (0.45 MP mean, 3 channels ~1.3 MB)
+    IMAGE_BYTES = 110_000     # a photo's JPEG (make_imagenet_like --sizes photos: 109.5 KB)
+    PIXEL_BYTES = 1_350_000   # its pixels, which the colour conversion writes (0.45 MP x 3)
 
     def __init__(self, device: torch.device, runtime=None):
         self.rt = runtime or cuda_runtime()
@@ -224,30 +223,42 @@ class LoaderBeside:
         self.where, self.timeout = where, timeout
         context = torch.multiprocessing.get_context("spawn")
         self.batches = context.Value("q", 0)
+        self.error: BaseException | None = None  # the thread's (a process prints its own)
         if where == "thread":
             self.ready, self.stop = threading.Event(), threading.Event()
-            make = threading.Thread
+            make, target = threading.Thread, self._drain_here
         else:
             self.ready, self.stop = context.Event(), context.Event()
-            make = context.Process
-        self.worker = make(target=drain, args=(archive, loader_kwargs, self.ready, self.stop,
-                                               self.batches, warm), daemon=False)
+            make, target = context.Process, drain
+        self.worker = make(target=target, args=(archive, loader_kwargs, self.ready, self.stop,
+                                                self.batches, warm), daemon=False)
+
+    def _drain_here(self, *args) -> None:
+        try:
+            drain(*args)
+        except BaseException as error:  # noqa: BLE001 (raised from __enter__ or __exit__)
+            self.error = error
 
     def __enter__(self):
         self.worker.start()
         deadline = time.monotonic() + self.timeout
         while not self.ready.wait(0.5):
             if not self.worker.is_alive() or time.monotonic() > deadline:
-                self.__exit__()
-                raise RuntimeError(f"the loader beside ({self.where}) never warmed up")
+                error = RuntimeError(f"the loader beside ({self.where}) never warmed up")
+                self.__exit__(RuntimeError, error, None)
+                raise error from self.error
         return self
 
     def __exit__(self, *exc):
+        ended_early = not self.worker.is_alive()  # drain returns only once told to stop
         self.stop.set()
         self.worker.join(60)
         if self.where == "process" and self.worker.is_alive():
             self.worker.terminate()
             self.worker.join(10)
+        if ended_early and not exc:  # a row without its neighbour would pass for one
+            raise RuntimeError(f"the loader beside ({self.where}) ended before the row did") \
+                from self.error
 
 
 def ceiling_row(trainer, args, label: str, beside: str | None = None, **interference) -> dict:
