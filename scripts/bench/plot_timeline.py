@@ -103,9 +103,14 @@ def parse_event(raw: dict) -> GpuEvent | None:
                     _as_int(args.get("stream", raw.get("tid"))), start, end, copy_kind, src_kind)
 
 
+def trace_events(trace: dict | list) -> list:
+    """The events of a trace: a dict with "traceEvents", or the event list itself."""
+    return trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+
+
 def gpu_events(trace: dict | list) -> list[GpuEvent]:
     """GPU activities of a trace (dict with "traceEvents", or the event list), by start time."""
-    raw = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    raw = trace_events(trace)
     events = [e for e in (parse_event(r) for r in raw if isinstance(r, dict)) if e is not None]
     return sorted(events, key=lambda e: (e.start, e.end))
 
@@ -337,7 +342,7 @@ def host_summary(trace: dict | list, n: int) -> dict:
     ops with the most time in all (inclusive: an op's time holds its children's) and the n
     most frequent CUDA runtime calls, as (name, total ms, count). Under DDP its forward and
     gradient hooks show here; a decoder's per-image calls show in the runtime calls."""
-    raw = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    raw = trace_events(trace)
     ops = [e for e in raw if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation")]
     steps = sorted((e for e in ops if str(e.get("name", "")).startswith("ProfilerStep#")),
                    key=lambda e: float(e["ts"]))
@@ -373,7 +378,7 @@ def thread_calls(trace: dict | list, n: int, long_us: float = 500.0) -> list[dic
     longest ms and ms in calls longer than `long_us`. A launch that usually takes ~8 us and
     sometimes milliseconds waited for something (a driver lock another thread held, the
     core): a fed ResNet-18's training thread, 2026-11-27-h200-twolanes."""
-    raw = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    raw = trace_events(trace)
     names = {(e.get("pid"), e.get("tid")): e.get("args", {}).get("name", "")
              for e in raw if e.get("ph") == "M" and e.get("name") == "thread_name"}
     durations: dict[tuple, list[float]] = {}
@@ -447,11 +452,11 @@ def main(args: argparse.Namespace) -> dict:
                                                if window else "")))
         if args.top:
             print(format_top_kernels(events_of[label], args.top))
-        path = paths[labels.index(label)]
+        trace = load_trace(paths[labels.index(label)]) if args.host or args.threads else None
         if args.host:
-            print(format_host_summary(host_summary(load_trace(path), args.host)))
+            print(format_host_summary(host_summary(trace, args.host)))
         if args.threads:
-            print(format_thread_calls(thread_calls(load_trace(path), args.threads)))
+            print(format_thread_calls(thread_calls(trace, args.threads)))
     plot(panels, args.out, args.title, window)
     print(f"wrote {args.out}")
     return {label: summary for label, _, summary, _ in panels}
