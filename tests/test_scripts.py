@@ -214,17 +214,25 @@ def test_probe_counts_cpu_by_python_thread_name_and_nices_its_busy_threads(monke
         while not stop.is_set():
             pass
 
-    assert "probe-busy" not in probe.thread_cpu()
+    def busy_seconds(snapshot) -> float:
+        return sum(seconds for name, seconds in snapshot.values() if name == "probe-busy")
+
+    before, process0 = probe.thread_cpu(), time.process_time()
+    assert busy_seconds(before) == 0.0
     thread = threading.Thread(target=spin, name="probe-busy", daemon=True)
     thread.start()
     try:
         deadline = time.monotonic() + 10
-        while probe.thread_cpu().get("probe-busy", 0.0) == 0.0 and time.monotonic() < deadline:
+        while busy_seconds(probe.thread_cpu()) < 0.3 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert probe.thread_cpu().get("probe-busy", 0.0) > 0.0
+        assert busy_seconds(probe.thread_cpu()) >= 0.3
     finally:
         stop.set()
         thread.join()
+    # Ended before the second snapshot: its time is found only in the process's total.
+    by_name = probe.cpu_by_name(before, probe.thread_cpu(), time.process_time() - process0)
+    assert "probe-busy" not in by_name
+    assert by_name["(threads ended meanwhile)"] >= 0.25
     if os.getpriority(os.PRIO_PROCESS, 0) > 10:
         pytest.skip("this process is niced past 10 already")
     with probe.Interference(busy=2, nice=10) as busy:
@@ -235,6 +243,94 @@ def test_probe_counts_cpu_by_python_thread_name_and_nices_its_busy_threads(monke
                 break
             time.sleep(0.05)
     assert nices == [10, 10]
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity")
+                    or len(__import__("os").sched_getaffinity(0)) < 2,
+                    reason="needs Linux's affinity calls and two cores")
+def test_probe_keeps_the_first_cores_free_of_other_threads_and_children(monkeypatch):
+    """probe_host_threads.KeepCoresFree: a thread of this process and a child process (and
+    its thread) are moved off the kept cores within a tick, the main thread is not, and all
+    get every core back at the end; host_busy and descendants read /proc."""
+    import os
+    import subprocess
+    import sys
+    import threading
+    import time
+    probe = load_script("probe_host_threads", monkeypatch)
+    cores = os.cpu_count()
+    if os.sched_getaffinity(0) != set(range(cores)):
+        pytest.skip("this process may not run on every core")
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    child = subprocess.Popen([sys.executable, "-c", "import threading, time; "
+                              "threading.Thread(target=time.sleep, args=(30,)).start(); "
+                              "time.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 10
+        while len(os.listdir(f"/proc/{child.pid}/task")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert child.pid in probe.descendants(os.getpid())
+        child_tasks = [int(t) for t in os.listdir(f"/proc/{child.pid}/task")]
+        with probe.KeepCoresFree(1):
+            time.sleep(0.6)
+            assert os.sched_getaffinity(other.native_id) == set(range(1, cores))
+            assert all(os.sched_getaffinity(t) == set(range(1, cores)) for t in child_tasks)
+            assert os.sched_getaffinity(0) == set(range(cores))  # the main thread
+        assert os.sched_getaffinity(other.native_id) == set(range(cores))
+        assert all(os.sched_getaffinity(t) == set(range(cores)) for t in child_tasks)
+    finally:
+        stop.set()
+        child.kill()
+        child.wait()
+    busy, total = probe.host_busy()
+    assert 0 < busy <= total
+
+
+def test_probe_decoding_lanes_decode_whole_batches_until_stopped_and_raise_a_failure(
+        monkeypatch):
+    """probe_host_threads.DecodingLanes: each lane (gpujpeg.lanes of the spec) decodes the
+    whole batches in a thread of its own, counts what it decoded, stops with the block, and
+    a lane's failure is raised at the end (a row without its neighbour would pass for one)."""
+    import threading
+    import time
+    import torch
+    from imageloader import gpujpeg
+    probe = load_script("probe_host_threads", monkeypatch)
+    seen, specs = [], []
+
+    class Lane:
+        def __init__(self, fail=False):
+            self.fail = fail
+
+        def decode(self, datas):
+            if self.fail:
+                raise RuntimeError("engine gone")
+            seen.append((threading.get_ident(), len(datas)))
+            time.sleep(0.001)
+            return [object()] * (len(datas) - 1) + [None]  # one JPEG it could not decode
+
+    made = [Lane(), Lane()]
+    monkeypatch.setattr(gpujpeg, "available", lambda *a, **k: ["preferred"])
+    monkeypatch.setattr(gpujpeg, "lanes", lambda preferred, spec: specs.append(spec) or made)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: __import__("contextlib").nullcontext())
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: None)
+    jpegs = list(range(10))  # two whole batches of 4, two left over
+    with probe.DecodingLanes(jpegs, "hw+hw", torch.device("cuda"), batch=4) as lanes:
+        deadline = time.monotonic() + 10
+        while lanes.images < 30 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert specs == ["hw+hw"] and not any(t.is_alive() for t in lanes.threads)
+    assert {n for _, n in seen} == {4} and len({t for t, _ in seen}) == 2
+    assert lanes.images == 3 * len(seen)  # the None is not counted
+    made[:] = [Lane(fail=True)]
+    with pytest.raises(RuntimeError, match="a decoding lane failed") as raised:
+        with probe.DecodingLanes(jpegs, None, torch.device("cuda"), batch=4):
+            time.sleep(0.1)
+    assert "engine gone" in str(raised.value.__cause__)
+    with pytest.raises(ValueError, match="at least 4 JPEGs"):
+        probe.DecodingLanes(jpegs[:3], None, torch.device("cuda"), batch=4)
 
 
 def test_probe_stream_threads_copy_memory_and_count_it(monkeypatch):

@@ -291,11 +291,14 @@ packers() {  # is decode="auto" ~3 points under "cuda" for ResNet-18 on photos b
 threads() {  # the GIL, busy cores and the loader's threads against ResNet-18's host side;
   # BESIDE=1: only what runs beside the data-on-GPU steps: the GPU decoder's per-image CUDA
   # calls (ctypes, no GIL), the loader in a thread of the training process, the loader in its
-  # own process, then the loader feeding them (does sharing the process slow the steps?)
+  # own process, then the loader feeding them (does sharing the process slow the steps?);
+  # LANES_BESIDE=1: only the decoding lanes alone beside the steps (default lanes, hw,
+  # cuda:8; no loader), then the loader feeding them as is, with 2 cores kept for the
+  # training threads and with 4 packers (--decoders-beside)
   local archive="$data/photos-16000.tgz"
   ensure_archive "$archive" --sizes photos --images 16000
   python3 $here/probe_host_threads.py --archive "$archive" --out "$out/threads.json" \
-    ${BESIDE:+--beside-only} 2>&1 \
+    ${BESIDE:+--beside-only} ${LANES_BESIDE:+--decoders-beside} 2>&1 \
     | grep --line-buffered -v "$quiet" | tee "$out/threads.log" | tail -20
 }
 

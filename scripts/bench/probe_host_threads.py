@@ -20,6 +20,11 @@ side differs between rows):
   data-on-GPU steps run: the decoder's per-image CUDA calls alone, from a thread that lets go
   of the GIL (CudaCalls); the loader with its batches dropped, in a thread of the training
   process and in a process of its own (LoaderBeside). --beside-only: just those rows.
+- is it the decoders or the rest of the loader? --decoders-beside: the steps beside the
+  default decoding lanes alone, one lane of the engines, one CUDA lane (DecodingLanes: no
+  packers, readers, crops or loader Python), then fed by the loader as is, with two cores
+  kept for the training threads (KeepCoresFree) and with 4 packers instead of 8. Every row
+  gives the host's busy cores over its window (/proc/stat).
 """
 from __future__ import annotations
 
@@ -43,13 +48,13 @@ import bench  # noqa: E402  (also puts the repository on sys.path)
 from imageloader import configure_cuda_queues  # noqa: E402
 
 
-def thread_cpu() -> dict[str, float]:
-    """CPU seconds (user + system) of each live thread of this process, summed by name: the
+def thread_cpu() -> dict[int, tuple[str, float]]:
+    """(name, CPU seconds (user + system)) of each live thread of this process by its id: the
     Python thread's name where it is one (the kernel calls them all "python3"), else the
     kernel's (nvImageCodec's pool, autograd's thread)."""
     ticks = os.sysconf("SC_CLK_TCK")
     python_names = {thread.native_id: thread.name for thread in threading.enumerate()}
-    out: dict[str, float] = collections.defaultdict(float)
+    out = {}
     for tid in os.listdir("/proc/self/task"):
         try:
             stat = Path(f"/proc/self/task/{tid}/stat").read_text()
@@ -57,7 +62,19 @@ def thread_cpu() -> dict[str, float]:
             continue
         name = python_names.get(int(tid)) or stat[stat.index("(") + 1:stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2:].split()
-        out[name] += (int(fields[11]) + int(fields[12])) / ticks
+        out[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / ticks)
+    return out
+
+
+def cpu_by_name(before: dict, after: dict, process_seconds: float) -> dict[str, float]:
+    """CPU seconds each thread name spent between two thread_cpu() snapshots; a thread that
+    started meanwhile counts whole. Threads that ended meanwhile (lanes are made anew each
+    epoch) are gone from /proc by then: only the process's total (`process_seconds`, over
+    the same window) still holds their time, "(threads ended meanwhile)"."""
+    out: dict[str, float] = collections.defaultdict(float)
+    for tid, (name, seconds) in after.items():
+        out[name] += seconds - before.get(tid, (name, 0.0))[1]
+    out["(threads ended meanwhile)"] = max(0.0, process_seconds - sum(out.values()))
     return out
 
 
@@ -191,6 +208,158 @@ def cuda_runtime():
     raise RuntimeError("no CUDA runtime library loaded in this process")
 
 
+class DecodingLanes:
+    """The loader's GPU decoding lanes without the loader (gpujpeg.lanes of `spec`: None the
+    default): each lane in a thread of its own, on a stream of its own, decoding the same
+    screened JPEGs batch after batch as fast as it can. Their CPU threads, engines and CUDA
+    calls share the training process; no packers, readers, crops or loader Python do.
+    `images` counts what they decoded."""
+
+    def __init__(self, jpegs: list, spec: str | None, device: torch.device,
+                 batch: int = 256):
+        from imageloader.gpujpeg import available, lanes
+        self.groups = [jpegs[i:i + batch] for i in range(0, len(jpegs) - batch + 1, batch)]
+        if not self.groups:
+            raise ValueError(f"DecodingLanes needs at least {batch} JPEGs, got {len(jpegs)}")
+        self.lanes = lanes(available(device, "RGB", first=True)[0], spec)
+        self.device, self.images = device, 0
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.threads = [threading.Thread(target=self._decode, args=(lane,), daemon=True)
+                        for lane in self.lanes]
+
+    def __enter__(self):
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+        if self.error is not None and not exc[0]:
+            raise RuntimeError("a decoding lane failed") from self.error
+
+    def _decode(self, lane) -> None:
+        try:
+            with torch.cuda.stream(torch.cuda.Stream(self.device)):
+                while not self.stop.is_set():
+                    for group in self.groups:
+                        decoded = lane.decode(group)
+                        self.images += sum(image is not None for image in decoded)
+                        if self.stop.is_set():
+                            return
+        except BaseException as error:  # noqa: BLE001 (handed to __exit__)
+            self.error = error
+
+
+def screened_jpegs(archive: str, count: int) -> list:
+    """The first `count` JPEGs of the archive that a GPU lane gets (decode.gpu_screen)."""
+    import numpy as np
+    from imageloader.decode import gpu_screen
+    from imageloader.errors import Limits
+    from bench_decoders import load_jpegs
+    return [np.frombuffer(d, np.uint8) for d in load_jpegs(archive, count)
+            if gpu_screen(d, "RGB", Limits())[0] is None]
+
+
+def host_busy() -> tuple[float, float]:
+    """(busy, all) CPU seconds of the whole host so far, from /proc/stat: over a window the
+    busy cores, whoever keeps them busy (the loader's processes, the decoders' threads)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / ticks, sum(fields[:8]) / ticks
+
+
+def busy_cores(before: tuple[float, float], seconds: float) -> float:
+    return round((host_busy()[0] - before[0]) / seconds, 1)
+
+
+class KeepCoresFree:
+    """Every thread of this process but the training's (the main thread, autograd's) and
+    every thread of its descendants (the loader's readers and packers) kept off the first
+    `cores` cores, set again every 0.2 s (lanes are made anew each epoch): does the training
+    thread lose time waiting for a core?"""
+
+    TRAINING = ("pt_autograd",)
+
+    def __init__(self, cores: int):
+        self.cores = cores
+        self.others = set(range(cores, os.cpu_count() or 1))
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._keep, daemon=True)
+        self.main = threading.main_thread().native_id
+
+    def __enter__(self):
+        if self.cores:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        if self.cores:
+            self.thread.join()
+            everyone = set(range(os.cpu_count() or 1))
+            for tid in self._tasks():
+                with _gone_meanwhile():
+                    os.sched_setaffinity(tid, everyone)
+
+    def _keep(self) -> None:
+        while not self.stop.wait(0.2):
+            for tid in self._tasks():
+                with _gone_meanwhile():
+                    os.sched_setaffinity(tid, self.others)
+
+    def _tasks(self) -> list[int]:
+        """This process's threads but the training's, and every thread of its descendants."""
+        mine = [int(t) for t in os.listdir("/proc/self/task")
+                if int(t) not in (self.main, threading.get_native_id())
+                and not _comm(f"/proc/self/task/{t}").startswith(self.TRAINING)]
+        return mine + [int(t) for pid in descendants(os.getpid())
+                       for t in _listdir(f"/proc/{pid}/task")]
+
+
+class _gone_meanwhile:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, *rest):
+        return kind is not None and issubclass(kind, (ProcessLookupError, OSError))
+
+
+def _comm(task: str) -> str:
+    try:
+        return Path(task, "comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, from /proc/*/stat's parent ids."""
+    children = collections.defaultdict(list)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children[int(stat[stat.rindex(")") + 2:].split()[1])].append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
 def drain(archive, loader_kwargs: dict, ready, stop, batches, warm: int) -> None:
     """Our loader with its batches dropped until `stop` is set; `ready` once `warm` batches
     came (past the first epoch, so what follows reads the plain copy as training would);
@@ -261,14 +430,25 @@ class LoaderBeside:
                 from self.error
 
 
-def ceiling_row(trainer, args, label: str, beside: str | None = None, **interference) -> dict:
-    """ResNet steps on data already on the GPU beside the `interference` threads, or beside
-    our loader (`beside`: "thread" or "process", LoaderBeside)."""
+def ceiling_row(trainer, args, label: str, beside: str | None = None,
+                lanes: tuple | None = None, **interference) -> dict:
+    """ResNet steps on data already on the GPU beside the `interference` threads, beside
+    our loader (`beside`: "thread" or "process", LoaderBeside), or beside its decoding lanes
+    alone (`lanes`: (spec, JPEGs), DecodingLanes)."""
     batches = bench.ceiling_batches(args, 100)
-    neighbour = LoaderBeside(args.archive, bench.our_loader_kwargs(args, 2, "cuda"), beside) \
-        if beside else nullcontext()
+    if beside:
+        neighbour = LoaderBeside(args.archive, bench.our_loader_kwargs(args, 2, "cuda"), beside)
+    elif lanes:
+        neighbour = DecodingLanes(lanes[1], lanes[0], torch.device("cuda"), args.batch_size)
+    else:
+        neighbour = nullcontext()
     with Interference(**interference) as busy, neighbour:
-        main0, t0 = time.thread_time(), time.perf_counter()
+        if lanes:  # their buffers grown and kernels loaded before the window
+            while neighbour.images < 4 * args.batch_size * len(neighbour.lanes) \
+                    and not neighbour.error:
+                time.sleep(0.05)
+            decoded0 = neighbour.images
+        main0, t0, host0 = time.thread_time(), time.perf_counter(), host_busy()
         before = neighbour.batches.value if beside else 0
         images0 = busy.images
         result = bench.timed_training(trainer, batches, args, label)
@@ -278,12 +458,18 @@ def ceiling_row(trainer, args, label: str, beside: str | None = None, **interfer
             steps + args.warmup)
         result["streamed_gb_per_s"] = busy.copied / 1e9 / seconds
         result["cuda_calls_images_per_s"] = (busy.images - images0) / seconds
+        result["host_busy_cores"] = busy_cores(host0, seconds)
         if beside:
             result["beside_img_per_s"] = (neighbour.batches.value - before) \
                 * args.batch_size / seconds
+        if lanes:
+            result["lanes_img_per_s"] = (neighbour.images - decoded0) / seconds
     streamed = f", others copied {result['streamed_gb_per_s']:.1f} GB/s" if busy.stream else ""
+    streamed += f", host cores busy {result['host_busy_cores']}"
     if beside:
         streamed += f", the loader beside dropped {result['beside_img_per_s']:.0f} img/s"
+    if lanes:
+        streamed += f", the lanes beside decoded {result['lanes_img_per_s']:.0f} img/s"
     if busy.cuda_calls:
         streamed += f", CUDA calls for {result['cuda_calls_images_per_s']:.0f} images/s"
     print(f"{'':32s} main thread CPU {result['main_thread_cpu_ms_per_step']:.1f} ms/step"
@@ -291,40 +477,47 @@ def ceiling_row(trainer, args, label: str, beside: str | None = None, **interfer
     return result
 
 
-def loader_row(trainer, args, label: str, switch: float | None = None) -> dict:
+def loader_row(trainer, args, label: str, switch: float | None = None, keep_free: int = 0,
+               workers: int | None = None) -> dict:
+    """ResNet steps fed by our loader (decode="cuda"); `switch`: the GIL's switch interval,
+    `keep_free`: cores kept for the training threads (KeepCoresFree), `workers`: packers."""
     default = sys.getswitchinterval()
     if switch:
         sys.setswitchinterval(switch)
+    loader_args = argparse.Namespace(**{**vars(args), "gpu_workers": workers})
     try:
-        with bench.our_loader(args.archive, args, prefetch=2, decode="cuda") as loader:
+        with bench.our_loader(args.archive, loader_args, prefetch=2, decode="cuda") as loader, \
+                KeepCoresFree(keep_free):
             it = bench.forever(loader)
             for _ in range(args.loader_warmup):  # past the first epoch (the plain copy)
                 trainer.step(*next(it))
-            before, t0 = thread_cpu(), time.perf_counter()
+            before, t0, host0 = thread_cpu(), time.perf_counter(), host_busy()
+            process0 = time.process_time()
             args_timed = argparse.Namespace(**{**vars(args), "warmup": 1})
             result = bench.timed_training(trainer, it, args_timed, label)
-            after = thread_cpu()
+            after, process = thread_cpu(), time.process_time() - process0
+            result["host_busy_cores"] = busy_cores(host0, time.perf_counter() - t0)
     finally:
         sys.setswitchinterval(default)
     batches = result["images"] / args.batch_size
-    per_batch = {name: round((after[name] - before.get(name, 0.0)) * 1e3 / batches, 2)
-                 for name in after if after[name] - before.get(name, 0.0) > 0}
+    per_batch = {name: round(seconds * 1e3 / batches, 2)
+                 for name, seconds in cpu_by_name(before, after, process).items() if seconds > 0}
     result["thread_cpu_ms_per_batch"] = dict(sorted(per_batch.items(), key=lambda kv: -kv[1]))
     result["seconds_wall"] = time.perf_counter() - t0
-    print(f"{'':32s} CPU ms per batch by thread: {result['thread_cpu_ms_per_batch']}",
-          flush=True)
+    print(f"{'':32s} host cores busy {result['host_busy_cores']}; CPU ms per batch by thread: "
+          f"{result['thread_cpu_ms_per_batch']}", flush=True)
     return result
 
 
 def main() -> None:
     args = bench.probe_args(__doc__.splitlines()[0], steps=400, out="bench-out/threads.json",
-                            extra=lambda p: p.add_argument(
-                                "--beside-only", action="store_true",
-                                help="only the rows with our loader beside the steps"))
+                            extra=add_row_sets)
     configure_cuda_queues()
     trainer = bench.Trainer(args.model, 100)
     cores = os.cpu_count() or 1
     first = ceiling_row(trainer, args, "data on GPU")
+    if args.decoders_beside:
+        return write(args, decoders_rows(trainer, args, first))
     beside = [ceiling_row(trainer, args, "+ the decoder's CUDA calls in a thread, 12,000 "
                           "images/s", cuda_calls=12_000),
               ceiling_row(trainer, args, "+ loader in a thread, batches dropped",
@@ -350,6 +543,31 @@ def main() -> None:
             loader_row(trainer, args, "loader, switch interval 0.5 ms", switch=5e-4),
             ceiling_row(trainer, args, "data on GPU, again")]
     write(args, rows)
+
+
+def add_row_sets(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--beside-only", action="store_true",
+                        help="only the rows with our loader beside the steps")
+    parser.add_argument("--decoders-beside", action="store_true",
+                        help="only the rows with the decoding lanes alone beside the steps, "
+                             "and the loader feeding them with cores kept or fewer packers")
+
+
+def decoders_rows(trainer, args, first: dict) -> list[dict]:
+    """Is it the decoders (their engines, CPU threads, CUDA calls) that slow the training
+    thread, or the rest of the loader (packers' cores, its Python, its crops)?"""
+    jpegs = screened_jpegs(args.archive, 2048)
+    return [first,
+            ceiling_row(trainer, args, "+ the default lanes decoding, no loader",
+                        lanes=(None, jpegs)),
+            ceiling_row(trainer, args, "+ one lane of the engines (hw), no loader",
+                        lanes=("hw", jpegs)),
+            ceiling_row(trainer, args, "+ one CUDA lane (cuda:8), no loader",
+                        lanes=("cuda:8", jpegs)),
+            loader_row(trainer, args, "loader, decode=cuda"),
+            loader_row(trainer, args, "loader, 2 cores kept for training", keep_free=2),
+            loader_row(trainer, args, "loader, 4 packers", workers=4),
+            ceiling_row(trainer, args, "data on GPU, again")]
 
 
 def write(args, rows: list[dict]) -> None:
