@@ -518,6 +518,8 @@ def main() -> None:
     first = ceiling_row(trainer, args, "data on GPU")
     if args.decoders_beside:
         return write(args, decoders_rows(trainer, args, first))
+    if args.lanes_beside:
+        return write(args, lanes_rows(trainer, args, first))
     beside = [ceiling_row(trainer, args, "+ the decoder's CUDA calls in a thread, 12,000 "
                           "images/s", cuda_calls=12_000),
               ceiling_row(trainer, args, "+ loader in a thread, batches dropped",
@@ -551,6 +553,12 @@ def add_row_sets(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--decoders-beside", action="store_true",
                         help="only the rows with the decoding lanes alone beside the steps, "
                              "and the loader feeding them with cores kept or fewer packers")
+    parser.add_argument("--lanes-beside", nargs="+", default=None, metavar="SPEC",
+                        help="only rows of the steps beside these decoding lanes alone "
+                             "(gpu_lanes specs; 'default': the loader's own)")
+    parser.add_argument("--trace-beside", default=None, metavar="SPEC",
+                        help="then a profiler trace of 5 steps beside these lanes, "
+                             "written as --out with .trace.json")
 
 
 def decoders_rows(trainer, args, first: dict) -> list[dict]:
@@ -568,6 +576,22 @@ def decoders_rows(trainer, args, first: dict) -> list[dict]:
             loader_row(trainer, args, "loader, 2 cores kept for training", keep_free=2),
             loader_row(trainer, args, "loader, 4 packers", workers=4),
             ceiling_row(trainer, args, "data on GPU, again")]
+
+
+def lanes_rows(trainer, args, first: dict) -> list[dict]:
+    """The steps beside each of --lanes-beside alone, then traced beside --trace-beside."""
+    jpegs = screened_jpegs(args.archive, 2048)
+    rows = [first]
+    for spec in args.lanes_beside:
+        lanes = (None if spec == "default" else spec, jpegs)
+        rows.append(ceiling_row(trainer, args, f"+ lanes {spec}, no loader", lanes=lanes))
+    rows.append(ceiling_row(trainer, args, "data on GPU, again"))
+    if args.trace_beside:
+        spec = None if args.trace_beside == "default" else args.trace_beside
+        path = str(Path(args.out).with_suffix(".trace.json"))
+        with DecodingLanes(jpegs, spec, torch.device("cuda"), args.batch_size):
+            bench.trace_steps(trainer, bench.ceiling_batches(args, 100), path, steps=5)
+    return rows
 
 
 def write(args, rows: list[dict]) -> None:
