@@ -333,6 +333,33 @@ def test_probe_decoding_lanes_decode_whole_batches_until_stopped_and_raise_a_fai
         probe.DecodingLanes(jpegs[:3], None, torch.device("cuda"), batch=4)
 
 
+def test_probe_sets_the_cuda_schedule_keeping_the_other_flags_and_checks_it(monkeypatch):
+    """probe_host_threads.set_schedule: the schedule bits replaced, the other device flags
+    kept, and a driver that keeps another schedule is an error (the row would lie)."""
+    import ctypes
+    probe = load_script("probe_host_threads", monkeypatch)
+
+    class Runtime:
+        def __init__(self, flags, keeps=False):
+            self.flags, self.keeps, self.set = flags, keeps, []
+
+        def cudaGetDeviceFlags(self, ref):
+            ctypes.cast(ref, ctypes.POINTER(ctypes.c_uint)).contents.value = self.flags
+            return 0
+
+        def cudaSetDeviceFlags(self, value):
+            self.set.append(value.value)
+            if not self.keeps:
+                self.flags = value.value
+            return 0
+
+    runtime = Runtime(0x8 | 0x1)  # map host memory, spin
+    assert probe.set_schedule("blocking", runtime) == "blocking"
+    assert runtime.set == [0x8 | 0x4] and runtime.flags == 0xC
+    with pytest.raises(RuntimeError, match="kept schedule spin where yield was asked"):
+        probe.set_schedule("yield", Runtime(0x1, keeps=True))
+
+
 def test_probe_stream_threads_copy_memory_and_count_it(monkeypatch):
     """probe_host_threads' memory streams: each thread moves whole 64 MB buffers and counts them."""
     import time

@@ -218,6 +218,7 @@ class DecodingLanes:
     def __init__(self, jpegs: list, spec: str | None, device: torch.device,
                  batch: int = 256):
         from imageloader.gpujpeg import available, lanes
+        jpegs = page_locked(jpegs)  # as the loader's packed batches are: no staging copies
         self.groups = [jpegs[i:i + batch] for i in range(0, len(jpegs) - batch + 1, batch)]
         if not self.groups:
             raise ValueError(f"DecodingLanes needs at least {batch} JPEGs, got {len(jpegs)}")
@@ -251,6 +252,24 @@ class DecodingLanes:
                             return
         except BaseException as error:  # noqa: BLE001 (handed to __exit__)
             self.error = error
+
+
+def page_locked(arrays: list) -> list:
+    """The arrays copied into one page-locked buffer, as views of it (unchanged without CUDA):
+    the decoders' copies from pageable memory go through the driver's staging buffers, which
+    the loader's never do (its packers write into page-locked batch buffers)."""
+    if not arrays or not torch.cuda.is_available():
+        return arrays
+    import numpy as np
+    buffer = torch.empty(sum(len(a) for a in arrays), dtype=torch.uint8,
+                         pin_memory=True).numpy()
+    out, at = [], 0
+    for array in arrays:
+        view = buffer[at:at + len(array)]
+        view[:] = np.asarray(array, np.uint8)
+        out.append(view)
+        at += len(array)
+    return out
 
 
 def screened_jpegs(archive: str, count: int) -> list:
@@ -514,6 +533,8 @@ def main() -> None:
                             extra=add_row_sets)
     configure_cuda_queues()
     trainer = bench.Trainer(args.model, 100)
+    if args.schedule:
+        print(f"CUDA schedule: {set_schedule(args.schedule)}", flush=True)
     cores = os.cpu_count() or 1
     first = ceiling_row(trainer, args, "data on GPU")
     if args.decoders_beside:
@@ -547,6 +568,24 @@ def main() -> None:
     write(args, rows)
 
 
+SCHEDULES = {"auto": 0, "spin": 1, "yield": 2, "blocking": 4}  # cudaDeviceSchedule*
+
+
+def set_schedule(name: str, runtime=None) -> str:
+    """How every thread of this process waits in CUDA's synchronizing calls (its own and the
+    decoders'): the device's flags set again on the running context, read back."""
+    rt = runtime or cuda_runtime()
+    flags = ctypes.c_uint()
+    CudaCalls._check(rt.cudaGetDeviceFlags(ctypes.byref(flags)))
+    CudaCalls._check(rt.cudaSetDeviceFlags(ctypes.c_uint((flags.value & ~0x7)
+                                                          | SCHEDULES[name])))
+    CudaCalls._check(rt.cudaGetDeviceFlags(ctypes.byref(flags)))
+    found = {v: k for k, v in SCHEDULES.items()}.get(flags.value & 0x7, hex(flags.value))
+    if found != name:
+        raise RuntimeError(f"CUDA kept schedule {found} where {name} was asked")
+    return found
+
+
 def add_row_sets(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beside-only", action="store_true",
                         help="only the rows with our loader beside the steps")
@@ -556,6 +595,10 @@ def add_row_sets(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lanes-beside", nargs="+", default=None, metavar="SPEC",
                         help="only rows of the steps beside these decoding lanes alone "
                              "(gpu_lanes specs; 'default': the loader's own)")
+    parser.add_argument("--schedule", default=None, choices=sorted(SCHEDULES),
+                        help="how this process's CUDA calls wait for the GPU (cudaSetDeviceFlags, "
+                             "after CUDA started: the driver's default, auto, spins while the "
+                             "process has fewer contexts than cores)")
     parser.add_argument("--trace-beside", default=None, metavar="SPEC",
                         help="then a profiler trace of 5 steps beside these lanes, "
                              "written as --out with .trace.json")
@@ -579,12 +622,14 @@ def decoders_rows(trainer, args, first: dict) -> list[dict]:
 
 
 def lanes_rows(trainer, args, first: dict) -> list[dict]:
-    """The steps beside each of --lanes-beside alone, then traced beside --trace-beside."""
+    """The steps beside each of --lanes-beside alone and fed by the loader, then traced
+    beside --trace-beside."""
     jpegs = screened_jpegs(args.archive, 2048)
     rows = [first]
     for spec in args.lanes_beside:
         lanes = (None if spec == "default" else spec, jpegs)
         rows.append(ceiling_row(trainer, args, f"+ lanes {spec}, no loader", lanes=lanes))
+    rows.append(loader_row(trainer, args, "loader, decode=cuda"))
     rows.append(ceiling_row(trainer, args, "data on GPU, again"))
     if args.trace_beside:
         spec = None if args.trace_beside == "default" else args.trace_beside
