@@ -217,7 +217,8 @@ lanes() {  # one data kind per call: loader alone and ResNet-18/50, GPU decoding
   # engines and a hybrid helper, gpujpeg.SplitJpeg), MODELS=resnet18 narrows it,
   # CPU_LARGE="none,2000000" adds rows where the packers decode photos of >= 2 MP on the CPU,
   # PRIORITY=-1 puts the lanes' and helper's streams at that CUDA priority, READERS=2 reads
-  # with that many reader processes (do 8 cost the training step on hosts where it slows?)
+  # with that many reader processes (do 8 cost the training step on hosts where it slows?);
+  # timed windows of STEPS steps (60) or WINDOW seconds (12), whichever ends first
   local kind=${1:-photos} archive
   archive="$data/$kind-16000.tgz"
   ensure_archive "$archive" --sizes "$kind" --images 16000
@@ -226,7 +227,7 @@ lanes() {  # one data kind per call: loader alone and ResNet-18/50, GPU decoding
     --cpu-large "${CPU_LARGE:-none}" ${PRIORITY:+--stream-priority $PRIORITY} \
     ${READERS:+--readers $READERS} \
     --prefetch 2 --warmup 100 \
-    --steps 60 --max-seconds 12 --out "$out/lanes-$kind.json" 2>&1 \
+    --steps "${STEPS:-60}" --max-seconds "${WINDOW:-12}" --out "$out/lanes-$kind.json" 2>&1 \
     | grep --line-buffered -v "$quiet" | tee "$out/lanes-$kind.log" | tail -16
 }
 
