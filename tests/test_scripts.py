@@ -280,6 +280,8 @@ def test_probe_keeps_the_first_cores_free_of_other_threads_and_children(monkeypa
             assert os.sched_getaffinity(0) == set(range(cores))  # the main thread
         assert os.sched_getaffinity(other.native_id) == set(range(cores))
         assert all(os.sched_getaffinity(t) == set(range(cores)) for t in child_tasks)
+        with pytest.raises(ValueError, match="leaves none"):
+            probe.KeepCoresFree(cores)
     finally:
         stop.set()
         child.kill()
@@ -324,6 +326,7 @@ def test_probe_decoding_lanes_decode_whole_batches_until_stopped_and_raise_a_fai
     assert specs == ["hw+hw"] and not any(t.is_alive() for t in lanes.threads)
     assert {n for _, n in seen} == {4} and len({t for t, _ in seen}) == 2
     assert lanes.images == 3 * len(seen)  # the None is not counted
+    assert all(count > 0 for count in lanes.decoded)  # each lane counts its own
     made[:] = [Lane(fail=True)]
     with pytest.raises(RuntimeError, match="a decoding lane failed") as raised:
         with probe.DecodingLanes(jpegs, None, torch.device("cuda"), batch=4):
