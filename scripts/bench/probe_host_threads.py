@@ -24,7 +24,9 @@ side differs between rows):
   default decoding lanes alone, one lane of the engines, one CUDA lane (DecodingLanes: no
   packers, readers, crops or loader Python), then fed by the loader as is, with two cores
   kept for the training threads (KeepCoresFree) and with 4 packers instead of 8. Every row
-  gives the host's busy cores over its window (/proc/stat).
+  gives the host's busy cores over its window (/proc/stat). --lanes-beside SPEC...: the steps
+  beside those lanes alone, then fed; --trace-beside SPEC: then 5 steps traced beside one;
+  --schedule: how the process's CUDA calls wait (cudaSetDeviceFlags), for every row.
 """
 from __future__ import annotations
 
@@ -223,11 +225,16 @@ class DecodingLanes:
         if not self.groups:
             raise ValueError(f"DecodingLanes needs at least {batch} JPEGs, got {len(jpegs)}")
         self.lanes = lanes(available(device, "RGB", first=True)[0], spec)
-        self.device, self.images = device, 0
+        self.device = device
+        self.decoded = [0] * len(self.lanes)  # by lane: each thread counts its own
         self.stop = threading.Event()
         self.error: BaseException | None = None
-        self.threads = [threading.Thread(target=self._decode, args=(lane,), daemon=True)
-                        for lane in self.lanes]
+        self.threads = [threading.Thread(target=self._decode, args=(k, lane), daemon=True)
+                        for k, lane in enumerate(self.lanes)]
+
+    @property
+    def images(self) -> int:
+        return sum(self.decoded)
 
     def __enter__(self):
         for thread in self.threads:
@@ -241,13 +248,13 @@ class DecodingLanes:
         if self.error is not None and not exc[0]:
             raise RuntimeError("a decoding lane failed") from self.error
 
-    def _decode(self, lane) -> None:
+    def _decode(self, k: int, lane) -> None:
         try:
             with torch.cuda.stream(torch.cuda.Stream(self.device)):
                 while not self.stop.is_set():
                     for group in self.groups:
                         decoded = lane.decode(group)
-                        self.images += sum(image is not None for image in decoded)
+                        self.decoded[k] += sum(image is not None for image in decoded)
                         if self.stop.is_set():
                             return
         except BaseException as error:  # noqa: BLE001 (handed to __exit__)
@@ -304,8 +311,11 @@ class KeepCoresFree:
     TRAINING = ("pt_autograd",)
 
     def __init__(self, cores: int):
-        self.cores = cores
-        self.others = set(range(cores, os.cpu_count() or 1))
+        allowed = sorted(os.sched_getaffinity(0)) if cores else []
+        if cores and not 0 < cores < len(allowed):
+            raise ValueError(f"KeepCoresFree: {cores} of {len(allowed)} cores leaves none")
+        self.cores, self.everyone = cores, set(allowed)
+        self.others = set(allowed[cores:])
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._keep, daemon=True)
         self.main = threading.main_thread().native_id
@@ -319,10 +329,9 @@ class KeepCoresFree:
         self.stop.set()
         if self.cores:
             self.thread.join()
-            everyone = set(range(os.cpu_count() or 1))
             for tid in self._tasks():
                 with _gone_meanwhile():
-                    os.sched_setaffinity(tid, everyone)
+                    os.sched_setaffinity(tid, self.everyone)
 
     def _keep(self) -> None:
         while not self.stop.wait(0.2):
@@ -340,11 +349,13 @@ class KeepCoresFree:
 
 
 class _gone_meanwhile:
+    """A thread or process that ended between listing it and setting it: nothing to do."""
+
     def __enter__(self):
         return self
 
     def __exit__(self, kind, *rest):
-        return kind is not None and issubclass(kind, (ProcessLookupError, OSError))
+        return kind is not None and issubclass(kind, ProcessLookupError)
 
 
 def _comm(task: str) -> str:
