@@ -298,12 +298,13 @@ threads() {  # the GIL, busy cores and the loader's threads against ResNet-18's 
   # training threads and with 4 packers (--decoders-beside); SPECS="default hw+hw ...": rows
   # beside each of those lanes alone, TRACE_SPEC: then a profiler trace of 5 steps beside one;
   # SCHEDULE=blocking|yield|spin|auto: how the process's CUDA calls wait (cudaSetDeviceFlags)
+  # LOADER_LANES=hw+hw: the gpu_lanes of every loader the rows make
   local archive="$data/photos-16000.tgz"
   ensure_archive "$archive" --sizes photos --images 16000
   python3 $here/probe_host_threads.py --archive "$archive" --out "$out/threads.json" \
     ${BESIDE:+--beside-only} ${LANES_BESIDE:+--decoders-beside} \
     ${SPECS:+--lanes-beside $SPECS} ${TRACE_SPEC:+--trace-beside $TRACE_SPEC} \
-    ${SCHEDULE:+--schedule $SCHEDULE} 2>&1 \
+    ${SCHEDULE:+--schedule $SCHEDULE} ${LOADER_LANES:+--loader-lanes $LOADER_LANES} 2>&1 \
     | grep --line-buffered -v "$quiet" | tee "$out/threads.log" | tail -20
   if [ -f "$out/threads.trace.json" ]; then
     python3 $here/plot_timeline.py "$out/threads.trace.json" --top 6 --host 6 --threads 16 \

@@ -467,7 +467,8 @@ def ceiling_row(trainer, args, label: str, beside: str | None = None,
     alone (`lanes`: (spec, JPEGs), DecodingLanes)."""
     batches = bench.ceiling_batches(args, 100)
     if beside:
-        neighbour = LoaderBeside(args.archive, bench.our_loader_kwargs(args, 2, "cuda"), beside)
+        neighbour = LoaderBeside(args.archive, bench.our_loader_kwargs(
+            args, 2, "cuda", lanes=args.loader_lanes), beside)
     elif lanes:
         neighbour = DecodingLanes(lanes[1], lanes[0], torch.device("cuda"), args.batch_size)
     else:
@@ -516,7 +517,8 @@ def loader_row(trainer, args, label: str, switch: float | None = None, keep_free
         sys.setswitchinterval(switch)
     loader_args = argparse.Namespace(**{**vars(args), "gpu_workers": workers})
     try:
-        with bench.our_loader(args.archive, loader_args, prefetch=2, decode="cuda") as loader, \
+        with bench.our_loader(args.archive, loader_args, prefetch=2, decode="cuda",
+                              lanes=args.loader_lanes) as loader, \
                 KeepCoresFree(keep_free):
             it = bench.forever(loader)
             for _ in range(args.loader_warmup):  # past the first epoch (the plain copy)
@@ -606,6 +608,8 @@ def add_row_sets(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lanes-beside", nargs="+", default=None, metavar="SPEC",
                         help="only rows of the steps beside these decoding lanes alone "
                              "(gpu_lanes specs; 'default': the loader's own)")
+    parser.add_argument("--loader-lanes", default="auto", metavar="SPEC",
+                        help="gpu_lanes of every loader the rows make ('auto': its default)")
     parser.add_argument("--schedule", default=None, choices=sorted(SCHEDULES),
                         help="how this process's CUDA calls wait for the GPU (cudaSetDeviceFlags, "
                              "after CUDA started: the driver's default, auto, spins while the "
