@@ -80,7 +80,33 @@ def cpu_by_name(before: dict, after: dict, process_seconds: float) -> dict[str, 
     return out
 
 
-class Interference:
+class BackgroundThreads:
+    """Threads beside the timed steps (`threads`, made by a subclass): started with the block,
+    told to `stop` and joined at its end, where a thread's failure (`error`) is raised as
+    `failure` -- a row without its neighbour would pass for one with it (an exception already
+    on its way is kept as the raised one's context)."""
+
+    failure = "a background thread failed"
+
+    def __init__(self):
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.error: BaseException | None = None
+
+    def __enter__(self):
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+        if self.error is not None:
+            raise RuntimeError(self.failure) from self.error
+
+
+class Interference(BackgroundThreads):
     """Background threads: `gil` ms of pure Python every 20 ms (the GIL held), `busy` threads
     hashing (hashlib drops the GIL for large buffers; the work stays in each core's own cache),
     or `stream` threads copying 64 MB buffers (numpy drops the GIL: memory traffic through the
@@ -90,16 +116,15 @@ class Interference:
     images' worth of CUDA calls made."""
 
     STREAM_BYTES = 64 << 20
+    failure = "an interference thread failed"
 
     def __init__(self, gil_ms: float = 0.0, busy: int = 0, nice: int = 0, stream: int = 0,
                  cuda_calls: int = 0):
+        super().__init__()
         self.gil_ms, self.busy, self.nice, self.stream = gil_ms, busy, nice, stream
         self.cuda_calls = cuda_calls  # images per second of CudaCalls' pattern, 0: none
-        self.stop = threading.Event()
-        self.threads: list[threading.Thread] = []
         self.copied = 0
         self.images = 0  # what the CUDA-calls thread made
-        self.error: BaseException | None = None
 
     def __enter__(self):
         if self.gil_ms:
@@ -110,16 +135,7 @@ class Interference:
                          for _ in range(self.stream)]
         if self.cuda_calls:
             self.threads.append(threading.Thread(target=self._call_cuda, daemon=True))
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for thread in self.threads:
-            thread.join()
-        if self.error is not None:  # a row without its interference would pass for one
-            raise RuntimeError("an interference thread failed") from self.error
+        return super().__enter__()
 
     def _hold_gil(self):
         while not self.stop.is_set():
@@ -210,15 +226,18 @@ def cuda_runtime():
     raise RuntimeError("no CUDA runtime library loaded in this process")
 
 
-class DecodingLanes:
+class DecodingLanes(BackgroundThreads):
     """The loader's GPU decoding lanes without the loader (gpujpeg.lanes of `spec`: None the
     default): each lane in a thread of its own, on a stream of its own, decoding the same
     screened JPEGs batch after batch as fast as it can. Their CPU threads, engines and CUDA
     calls share the training process; no packers, readers, crops or loader Python do.
     `images` counts what they decoded."""
 
+    failure = "a decoding lane failed"
+
     def __init__(self, jpegs: list, spec: str | None, device: torch.device,
                  batch: int = 256):
+        super().__init__()
         from imageloader.gpujpeg import available, lanes
         jpegs = page_locked(jpegs)  # as the loader's packed batches are: no staging copies
         self.groups = [jpegs[i:i + batch] for i in range(0, len(jpegs) - batch + 1, batch)]
@@ -227,26 +246,12 @@ class DecodingLanes:
         self.lanes = lanes(available(device, "RGB", first=True)[0], spec)
         self.device = device
         self.decoded = [0] * len(self.lanes)  # by lane: each thread counts its own
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
         self.threads = [threading.Thread(target=self._decode, args=(k, lane), daemon=True)
                         for k, lane in enumerate(self.lanes)]
 
     @property
     def images(self) -> int:
         return sum(self.decoded)
-
-    def __enter__(self):
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for thread in self.threads:
-            thread.join()
-        if self.error is not None and not exc[0]:
-            raise RuntimeError("a decoding lane failed") from self.error
 
     def _decode(self, k: int, lane) -> None:
         try:
