@@ -75,10 +75,11 @@ LARGE_JPEG_FACTOR = 2.0
 # slow: the helper's share decays to nothing, so its CUDA kernels and threads do not slow a
 # GPU-bound model (ResNet-50 on photos lost 2-3 points to it).
 NEEDED_TO_HELP = 0.5
-# Where the GPU has JPEG engines: two lanes, each splitting its batches between the engines
-# and a CUDA helper; the helpers and the second lane work only while training waits for data
-# (see `lanes`); elsewhere one decoder.
-DEFAULT_SPLIT = "hw|cuda:8+hw|cuda:8"
+# Where the GPU has JPEG engines: two lanes of the engines, the second working only while
+# training waits for data (see `lanes`); elsewhere one decoder. Not split with CUDA helpers:
+# their CPU threads and kernels in the training process cost a host-bound model more than
+# they give the loader (results/2026-11-27-h200-helpers).
+DEFAULT_LANES = "hw+hw"
 # An experiment, off unless IMAGELOADER_DECODER_POOLS=1 (A/B in one call: `THIS_ENV=
 # IMAGELOADER_DECODER_POOLS=1 BASE=. gpu_host.sh OUT versus photos`): two nvImageCodec options
 # DALI's image decoder sets and we did not: the engines' batch preallocated
@@ -519,8 +520,15 @@ def lanes(preferred: JpegDecoder, spec: int | str | None = None,
     23,560); ResNet-18 on photos +3 to +5 points (78.3, 75.7% against 73.6, 72.6%,
     interleaved; +7.6% and +12.8 points in two other runs), ImageNet-like a wash (91.2, 91.1
     against 92.8, 88.1%), ResNet-50 -1.0 / -0.4 points, within noise (H200,
-    2026-11-27-h200-twolanes). So where the GPU has engines two split lanes are the default
-    (None); "hw|cuda:8" is one, `1` the engines alone. They hold ~2.4 GB more GPU memory."""
+    2026-11-27-h200-twolanes). But the helpers' work, even at 0-7% of each batch, costs a
+    host-bound model's training thread more than it gives: ResNet-18 on photos 82.2, 80.9%
+    with two lanes of the engines against 71.1, 74.1% with two split lanes (interleaved),
+    ResNet-50 93.7 against 94.7%, the loader alone 12,590-12,755 against 12,672-13,882 img/s
+    with 2.1 against 7.2 cores in the training process; beside ResNet-18's data-on-GPU steps
+    the split lanes' helpers working all the time took 75% of its rate, two lanes of the
+    engines 9% (H200, 2026-11-27-h200-helpers). So where the GPU has engines two lanes of
+    them ("hw+hw") are the default (None); "hw|cuda:8+hw|cuda:8" feeds the loader alone
+    faster, `1` is the engines alone."""
     if not isinstance(preferred, NvImageCodecJpeg) or preferred.device.type != "cuda":
         check_lanes(spec)  # a bad spec is an error here too
         if spec not in (None, 1):
@@ -555,7 +563,7 @@ def _lane_kinds(spec: int | str | None,
     """For each lane of `spec` (see `lanes`), its decoders: [(engine, CPU threads or None)],
     two where the lane splits each batch ("hw|hybrid:4")."""
     if spec is None:
-        spec = DEFAULT_SPLIT if engines else 1
+        spec = DEFAULT_LANES if engines else 1
     if isinstance(spec, str) and not spec.isdigit():
         kinds = []
         for lane in spec.split("+"):

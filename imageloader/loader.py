@@ -92,9 +92,9 @@ class Options:
     gpu_lanes: int | str | None = None  # decode="cuda": GPU decoders at work on different
                                         # batches at once, a number or engines spelled out
                                         # ("hw:2+hw:2"), or one batch split between two
-                                        # ("hw|cuda:8"); None: two lanes of that split
-                                        # where the GPU has JPEG engines ("hw|cuda:8+
-                                        # hw|cuda:8"), else one (gpujpeg.lanes).
+                                        # ("hw|cuda:8"); None: two lanes of the
+                                        # hardware JPEG engines where the GPU has them
+                                        # ("hw+hw"), else one (gpujpeg.lanes).
                                         # Lanes after the first decode only while
                                         # training waits for a batch
     cpu_large: int | None = None        # decode="cuda": images of at least this many
