@@ -184,15 +184,19 @@ class Trainer:
 def timed_training(trainer, batches, args, label: str) -> dict:
     """img/s over `steps` after `warmup`, and host time spent waiting for batches."""
     it = iter(batches)
-    wait = 0.0
-    images_seen = 0
+    wait = at_epoch_starts = 0.0
+    images_seen = epoch_starts = 0
     t_start = None
     for i in range(args.warmup + args.steps):
         t0 = time.perf_counter()
         images, labels = next(it)
         if t_start is not None:
-            wait += time.perf_counter() - t0
+            waited = time.perf_counter() - t0
+            wait += waited
             images_seen += len(labels)
+            if getattr(it, "starts_epoch", False):
+                epoch_starts += 1
+                at_epoch_starts += waited
         trainer.step(images, labels)
         if i == args.warmup - 1:
             torch.cuda.synchronize()  # the timed region starts with an idle GPU
@@ -202,15 +206,38 @@ def timed_training(trainer, batches, args, label: str) -> dict:
     torch.cuda.synchronize()
     seconds = time.perf_counter() - t_start
     result = {"recipe": label, "img_per_s": images_seen / seconds, "seconds": seconds,
-              "images": images_seen, "data_wait_pct": 100 * wait / seconds}
+              "images": images_seen, "data_wait_pct": 100 * wait / seconds,
+              "epoch_starts": epoch_starts,
+              "data_wait_at_epoch_starts_pct": 100 * at_epoch_starts / seconds}
+    starts = (f" ({result['data_wait_at_epoch_starts_pct']:.1f} at {epoch_starts} epoch "
+              f"starts)" if epoch_starts else "")
     print(f"{label:32s} {result['img_per_s']:9.0f} img/s  data-wait "
-          f"{result['data_wait_pct']:5.1f}%", flush=True)
+          f"{result['data_wait_pct']:5.1f}%{starts}", flush=True)
     return result
 
 
-def forever(loader):
-    while True:
-        yield from loader
+class Forever:
+    """A loader's batches epoch after epoch; `starts_epoch` says whether the batch just
+    yielded was the first of an epoch (where the loader's lanes begin anew: waits there are
+    the epoch boundary's, timed_training counts them apart)."""
+
+    def __init__(self, loader):
+        self.loader, self.starts_epoch, self._epoch = loader, False, iter(())
+
+    def __iter__(self) -> "Forever":
+        return self
+
+    def __next__(self):
+        try:
+            item, self.starts_epoch = next(self._epoch), False
+        except StopIteration:
+            self._epoch = iter(self.loader)
+            item, self.starts_epoch = next(self._epoch), True  # an empty loader raises
+        return item
+
+
+def forever(loader) -> Forever:
+    return Forever(loader)
 
 
 def ceiling_batches(args, classes: int):
@@ -225,10 +252,24 @@ def ceiling_batches(args, classes: int):
 # ---- our loader ----------------------------------------------------------------------------
 
 
+ALWAYS = "@always"  # a --gpu-lanes value ending so: every lane always on (loader.ON_DEMAND)
+
+
 def our_loader(archive, args, prefetch: int, decode: str = "cpu", options=None,
                lanes: str = "auto", large: str = "none", **kw) -> ImageLoader:
-    return ImageLoader(archive, **our_loader_kwargs(args, prefetch, decode, options, lanes,
-                                                    large), **kw)
+    from imageloader.loader import ON_DEMAND
+    kwargs = our_loader_kwargs(args, prefetch, decode, options, lanes, large)
+    if not lanes.endswith(ALWAYS):
+        return ImageLoader(archive, **kwargs, **kw)
+    before = os.environ.get(ON_DEMAND)
+    os.environ[ON_DEMAND] = "0"  # read once, as the loader is made
+    try:
+        return ImageLoader(archive, **kwargs, **kw)
+    finally:
+        if before is None:
+            os.environ.pop(ON_DEMAND)
+        else:
+            os.environ[ON_DEMAND] = before
 
 
 def our_loader_kwargs(args, prefetch: int, decode: str = "cpu", options=None,
@@ -242,6 +283,7 @@ def our_loader_kwargs(args, prefetch: int, decode: str = "cpu", options=None,
     options = options or Options()
     if args.readers is not None:
         options = dataclasses.replace(options, readers=args.readers)
+    lanes = lanes.removesuffix(ALWAYS)
     options = dataclasses.replace(options, gpu_decoder=args.gpu_decoder,
                                   gpu_lanes=None if lanes == "auto" else lanes,
                                   cpu_large=None if large == "none" else int(float(large)))
@@ -772,8 +814,10 @@ def print_table(results: dict) -> None:
             pct = f"{row.get('pct_of_ceiling', 100):5.1f}%"
             copy = row.get("exposed_copy_ms_median")
             copy = f"  exposed copy {copy:.3f} ms" if copy is not None else ""
+            starts = (f" ({row['data_wait_at_epoch_starts_pct']:.1f} at epoch starts)"
+                      if row.get("epoch_starts") else "")
             print(f"    {row['recipe']:38s} {row['img_per_s']:9.0f} img/s {pct}  "
-                  f"wait {row.get('data_wait_pct', 0):5.1f}%{copy}")
+                  f"wait {row.get('data_wait_pct', 0):5.1f}%{starts}{copy}")
 
 
 if __name__ == "__main__":
