@@ -58,10 +58,6 @@ RING_BYTES: int | None = None   # per worker, shared memory for member bytes in 
 GPU_DECODE_NICE = 10            # added to readers' and packers' niceness with GPU decoding: the
                                 # parent's decode thread is on the critical path, they have slack
 CPU_DECODE_NICE = 0             # with CPU decoding the workers are the critical path
-# An experiment, off unless IMAGELOADER_LANES_ON_DEMAND=0 (bench.py's lanes "SPEC@always"):
-# every GPU decoding lane takes a batch whenever it is free, not only the first while no
-# finished batch waits for the consumer (Prefetcher's lanes_on_demand).
-ON_DEMAND = "IMAGELOADER_LANES_ON_DEMAND"
 
 
 @dataclass(frozen=True)
@@ -246,8 +242,7 @@ class ImageLoader:
             self.prefetcher = Prefetcher((), self.device, prefetch=max(prefetch, 1),
                                          lanes=[GpuStep(gpu) for gpu in self._gpu],
                                          threaded=True, stall_timeout=options.timeout,
-                                         lanes_on_demand=os.environ.get(ON_DEMAND) != "0",
-                                         backlog=backlog)
+                                         lanes_on_demand=True, backlog=backlog)
             self._fill = JpegPacker(self.decoder, cpu_pixels=options.cpu_large)
             self.cpu_share = share_control(options.cpu_share, trial=trial,
                                            in_flight=self._buffer_count())

@@ -682,30 +682,25 @@ def test_the_hardware_lane_decodes_what_the_engines_refuse_with_the_other_backen
 
 
 @cuda
-def test_lanes_give_the_same_batches_as_one_lane(tmp_path, monkeypatch):
-    """Three lanes decoding different batches at once (the later ones on demand, and all
-    always on: IMAGELOADER_LANES_ON_DEMAND=0), and one lane splitting each batch
+def test_lanes_give_the_same_batches_as_one_lane(tmp_path):
+    """Three lanes decoding different batches at once, and one lane splitting each batch
     between the engines and a hybrid or a CUDA helper: the same batches in the same order as one lane
     (evaluation: archive order), every image once, pixels within the decoders' difference;
     the stats name the lanes."""
-    from imageloader.loader import ON_DEMAND
     files = [(f"t/c{k % 4}/{k}.jpg", photo(k, (96 + 8 * (k % 5), 72))) for k in range(80)]
     path = write_archive(tmp_path / "a.tgz", files)
     got = {}
-    specs = [1, 3, "3@always"]
+    specs = [1, 3]
     if "nvimgcodec" in gpu_decoders_here() and has_jpeg_engines(nvimgcodec_engine("all")):
         # one lane, each batch split between two decoders (the helper's end of it differs)
         specs += ["hw|hybrid:2", "hw|cuda"]
-    for spec in specs:
-        lanes = 3 if spec == "3@always" else spec
-        monkeypatch.setenv(ON_DEMAND, "0" if spec == "3@always" else "1")
+    for lanes in specs:
         with cuda_loader(path, "cuda", train=False, options=Options(gpu_lanes=lanes)) as loader:
             assert len(loader._gpu) == (3 if lanes == 3 else 1)
-            assert loader.prefetcher.lanes_on_demand is (spec != "3@always")
             for _ in range(2):
-                got[spec] = [(x.cpu(), y.cpu()) for x, y in loader]
+                got[lanes] = [(x.cpu(), y.cpu()) for x, y in loader]
                 assert loader.stats.fallbacks["gpu_decoded"] == 80
-            if spec != 1 and "nvimgcodec" in loader.stats.decode:
+            if lanes != 1 and "nvimgcodec" in loader.stats.decode:
                 assert "lanes: " in loader.stats.decode, loader.stats.decode
     assert [len(y) for _, y in got[1]] == [8] * 10
     for spec in specs[1:]:

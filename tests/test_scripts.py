@@ -698,33 +698,6 @@ def test_model_split_lane_replays_the_helpers_choice_on_the_archives_jpegs(monke
         assert result["engines_alone"] < row["img_s"] <= result["best_split"] * 1.000001, by
 
 
-def test_bench_lanes_always_turns_the_on_demand_lanes_off_while_the_loader_is_made(
-        monkeypatch, tmp_path):
-    """bench.py --gpu-lanes "hw+hw@always": the loader is made with
-    IMAGELOADER_LANES_ON_DEMAND=0 and gpu_lanes "hw+hw"; the environment is as before after it
-    (the next row's loader is made with the user's setting), also when making it fails."""
-    import os
-    from imageloader.loader import ON_DEMAND
-    bench = load_script("bench", monkeypatch)
-    made = []
-
-    def loader(*a, **kw):
-        made.append((kw["options"].gpu_lanes, os.environ.get(ON_DEMAND)))
-        if kw["options"].gpu_lanes == "hw":
-            raise RuntimeError("no engines")
-
-    monkeypatch.setattr(bench, "ImageLoader", loader)
-    monkeypatch.setenv(ON_DEMAND, "1")
-    args = script_args(bench, "--archive", tmp_path / "x.tgz")
-    bench.our_loader(tmp_path / "x.tgz", args, 2, decode="cuda", lanes="hw+hw@always")
-    bench.our_loader(tmp_path / "x.tgz", args, 2, decode="cuda", lanes="auto@always")
-    bench.our_loader(tmp_path / "x.tgz", args, 2, decode="cuda", lanes="hw+hw")
-    with pytest.raises(RuntimeError, match="no engines"):
-        bench.our_loader(tmp_path / "x.tgz", args, 2, decode="cuda", lanes="hw@always")
-    assert made == [("hw+hw", "0"), (None, "0"), ("hw+hw", "1"), ("hw", "0")]
-    assert os.environ[ON_DEMAND] == "1"
-
-
 def test_timed_training_counts_the_waits_at_epoch_starts_apart(monkeypatch):
     """bench.forever marks the first batch of each epoch; timed_training adds the waits for
     those batches up apart from the rest: a loader whose epochs start slowly shows it."""

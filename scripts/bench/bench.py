@@ -252,24 +252,10 @@ def ceiling_batches(args, classes: int):
 # ---- our loader ----------------------------------------------------------------------------
 
 
-ALWAYS = "@always"  # a --gpu-lanes value ending so: every lane always on (loader.ON_DEMAND)
-
-
 def our_loader(archive, args, prefetch: int, decode: str = "cpu", options=None,
                lanes: str = "auto", large: str = "none", **kw) -> ImageLoader:
-    from imageloader.loader import ON_DEMAND
-    kwargs = our_loader_kwargs(args, prefetch, decode, options, lanes, large)
-    if not lanes.endswith(ALWAYS):
-        return ImageLoader(archive, **kwargs, **kw)
-    before = os.environ.get(ON_DEMAND)
-    os.environ[ON_DEMAND] = "0"  # read once, as the loader is made
-    try:
-        return ImageLoader(archive, **kwargs, **kw)
-    finally:
-        if before is None:
-            os.environ.pop(ON_DEMAND)
-        else:
-            os.environ[ON_DEMAND] = before
+    return ImageLoader(archive, **our_loader_kwargs(args, prefetch, decode, options, lanes,
+                                                    large), **kw)
 
 
 def our_loader_kwargs(args, prefetch: int, decode: str = "cpu", options=None,
@@ -283,7 +269,6 @@ def our_loader_kwargs(args, prefetch: int, decode: str = "cpu", options=None,
     options = options or Options()
     if args.readers is not None:
         options = dataclasses.replace(options, readers=args.readers)
-    lanes = lanes.removesuffix(ALWAYS)
     options = dataclasses.replace(options, gpu_decoder=args.gpu_decoder,
                                   gpu_lanes=None if lanes == "auto" else lanes,
                                   cpu_large=None if large == "none" else int(float(large)))

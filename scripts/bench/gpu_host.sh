@@ -214,8 +214,7 @@ decoders() {  # the decoders alone on 8,192 images of each kind, batches of 256
 lanes() {  # one data kind per call: loader alone and ResNet-18/50, GPU decoding in two
   # split lanes (the default, "auto") and in one (Options.gpu_lanes), 16,000 images;
   # LANES="hw,hw|hybrid:4" compares others ("|": one lane splitting each batch between the
-  # engines and a hybrid helper, gpujpeg.SplitJpeg; "SPEC@always": every lane always on,
-  # not only the first while batches wait for the consumer), MODELS=resnet18 narrows it,
+  # engines and a hybrid helper, gpujpeg.SplitJpeg), MODELS=resnet18 narrows it,
   # CPU_LARGE="none,2000000" adds rows where the packers decode photos of >= 2 MP on the CPU,
   # PRIORITY=-1 puts the lanes' and helper's streams at that CUDA priority, READERS=2 reads
   # with that many reader processes (do 8 cost the training step on hosts where it slows?);
