@@ -187,7 +187,11 @@ class EpochStream:
         self.at_start = mark is None  # whether that epoch's first piece is next
         self.ended: EpochEnd | None = None  # the last epoch's end, once reached
         self.goes_on = runtime.lookahead  # into the next epoch; else it ends with this one
-        self._source = _epochs(runtime.producer, runtime.pool, wrap, epoch, mark, self.goes_on)
+        # Each epoch's end as the producer reached it (written by the thread that collects):
+        # an epoch ended early may have passed it already, and the producer counts the next.
+        self.ends: dict[int, EpochEnd] = {}
+        self._source = _epochs(runtime.producer, runtime.pool, wrap, epoch, mark, self.goes_on,
+                               self.ends)
         self._pieces = runtime.prefetcher.run(self._source)
 
     def pieces(self) -> Iterator[Piece]:
@@ -201,14 +205,20 @@ class EpochStream:
                 return
             yield piece
 
+    def end_of(self, epoch: int) -> EpochEnd | None:
+        """That epoch's end if the producer reached it (forgotten here with those before)."""
+        for old in [e for e in list(self.ends) if e < epoch]:
+            self.ends.pop(old, None)
+        return self.ends.pop(epoch, None)
+
     def close(self) -> None:
         self._pieces.close()  # first: its threads read the buffers the producer takes back
         self._source.close()
 
 
-def _epochs(producer, pool, wrap, epoch: int, mark: dict | None, goes_on: bool):
-    """(piece source, release) pairs of the producer's epochs, each followed by its EpochEnd;
-    only the first epoch unless it `goes_on`."""
+def _epochs(producer, pool, wrap, epoch: int, mark: dict | None, goes_on: bool, ends: dict):
+    """(piece source, release) pairs of the producer's epochs, each followed by its EpochEnd
+    (also put in `ends`); only the first epoch unless it `goes_on`."""
     while True:
         host = producer.batches(epoch, mark)
         try:
@@ -217,7 +227,9 @@ def _epochs(producer, pool, wrap, epoch: int, mark: dict | None, goes_on: bool):
         finally:
             host.close()
         skipped, nbytes = producer.epoch_stats
-        yield EpochEnd(epoch, Counter(skipped), nbytes, Counter(producer.epoch_fetched)), None
+        ends[epoch] = end = EpochEnd(epoch, Counter(skipped), nbytes,
+                                     Counter(producer.epoch_fetched))
+        yield end, None
         if not goes_on:
             return
         epoch, mark = epoch + 1, None
@@ -316,7 +328,7 @@ class _EpochRun:
                 runtime.keep(stream)  # the next epoch's first batches are on their way
             else:
                 stream.close()  # ended early, failed, or no lookahead
-            self._finish(started, leftover, stream.ended)
+            self._finish(started, leftover, stream.end_of(self.epoch))
 
     def _next_batch(self, made, last):
         """(the next batch or None at the end, the last real batch and where it was handed)."""
@@ -352,8 +364,8 @@ class _EpochRun:
     def _finish(self, started: float, leftover: Counter, ended: EpochEnd | None) -> None:
         stats = self.stats
         producer = self.runtime.producer
-        # The producer's counts of this epoch: those its end carried (the producer may count
-        # the next one by now), or, for an epoch ended early, the producer's as they stand.
+        # The producer's counts of this epoch: those of its end once the producer reached it
+        # (it may count the next one by now), else the producer's as they stand.
         reader_counts, nbytes = (ended.skipped, ended.bytes) if ended else producer.epoch_stats
         _tally(reader_counts, stats)
         _tally(leftover, stats)

@@ -259,3 +259,54 @@ def test_a_stream_gone_on_into_the_next_epoch_ends_with_the_loader(tmp_path):
         runtime, pool = loader._runtime, loader._pool
         assert runtime._ahead is not None
     assert runtime._ahead is None and runtime.closed and pool.in_use() == 0
+
+
+class CountingProducer:
+    """A producer of numbered pieces: `per_epoch` a epoch, each epoch's skip count its
+    number (what epoch_stats reports is the epoch it last began)."""
+
+    def __init__(self, per_epoch: int):
+        self.per_epoch, self.began = per_epoch, []
+
+    def batches(self, epoch, mark):
+        self.began.append(epoch)
+        for k in range(self.per_epoch):
+            yield piece(100 * epoch + 4 * k, 4, {"k": k})
+
+    @property
+    def epoch_stats(self):
+        return Counter(skipped_in=self.began[-1]), 1000 * self.began[-1]
+
+    @property
+    def epoch_fetched(self):
+        return Counter()
+
+
+class StreamRuntime:
+    def __init__(self, producer, lookahead=True):
+        from imageloader.prefetch import Prefetcher
+        self.producer, self.pool, self.lookahead = producer, None, lookahead
+        self.prefetcher = Prefetcher((), "cpu")
+
+
+def test_an_epoch_stream_ends_each_epoch_with_that_epochs_counts(monkeypatch):
+    """EpochStream: the pieces of one epoch, then the next from its start; each epoch's end
+    carries the producer's counts of that epoch, also once the producer counts the next."""
+    from imageloader import epoch as epoch_module
+    monkeypatch.setattr(epoch_module, "release_batch", lambda pool, buf: None)
+    producer = CountingProducer(per_epoch=2)
+    stream = epoch_module.EpochStream(StreamRuntime(producer), 3, None, wrap=lambda buf: buf)
+    first = [p.labels[0].item() for p in stream.pieces()]
+    assert first == [300, 304] and stream.ended.epoch == 3
+    assert (stream.epoch, stream.at_start) == (4, True)
+    second = stream.pieces()
+    assert next(second).labels[0].item() == 400 and producer.began == [3, 4]
+    assert producer.epoch_stats[1] == 4000  # the producer counts epoch 4 by now
+    end = stream.end_of(3)
+    assert (end.skipped, end.bytes) == (Counter(skipped_in=3), 3000)
+    assert stream.end_of(4) is None  # not reached yet
+    stream.close()
+    no_more = epoch_module.EpochStream(StreamRuntime(CountingProducer(1), lookahead=False), 0,
+                                       None, wrap=lambda buf: buf)
+    assert len(list(no_more.pieces())) == 1 and not no_more.at_start
+    assert list(no_more.pieces()) == []  # it ended with its epoch
