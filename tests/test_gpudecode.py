@@ -720,7 +720,7 @@ def test_the_next_epochs_first_batches_are_made_before_it_is_asked_for(tmp_path,
     import threading
     files = [(f"t/c{k % 4}/{k}.jpg", photo(k, (96 + 8 * (k % 5), 72))) for k in range(80)]
     path = write_archive(tmp_path / "a.tgz", files)
-    epochs = []
+    epochs, before = [], set(threading.enumerate())  # another test's threads are not ours
     with cuda_loader(path, decode, train=False, options=Options(gpu_lanes=2)) as loader:
         for epoch in range(3):
             epochs.append([(x.cpu(), y.cpu()) for x, y in loader])
@@ -731,7 +731,7 @@ def test_the_next_epochs_first_batches_are_made_before_it_is_asked_for(tmp_path,
                 while loader.prefetcher.backlog() == 0 and time.monotonic() < deadline:
                     time.sleep(0.01)
                 assert loader.prefetcher.backlog() > 0  # the next epoch's, decoded already
-        threads = [t for t in threading.enumerate()
+        threads = [t for t in set(threading.enumerate()) - before
                    if t.name.startswith(("imageloader-prefetch", "imageloader-collect"))]
         assert bool(threads) == (decode == "cuda")
     for thread in threads:
