@@ -485,10 +485,13 @@ versus() {  # KIND: the loader alone from this tree and from $BASE (another comm
   # THIS_ARGS: more bench.py arguments for this tree's rows only; THIS_ENV, BASE_ENV:
   # environment settings for each side's rows (BASE may be this same tree, BASE=.: e.g.
   # BASE_ENV=IMAGELOADER_C_BATCH=0 times nvImageCodec's Python API against one C call).
-  # MODELS (e.g. resnet18): that model trained from the loader instead of the loader alone.
-  local kind=$1 archive="$data/$1-16000.tgz" round side tree lanes work
+  # MODELS (e.g. resnet18,resnet50): each trained from the loader instead of the loader alone
+  # (a row per model: img/s and data-wait, also at epoch starts).
+  local kind=$1 archive="$data/$1-16000.tgz" round side tree lanes work rows=1
   local what="--models= --recipes loader" pick="loader alone"
-  [ -n "${MODELS:-}" ] && what="--models $MODELS --recipes ours" pick="^ours "
+  if [ -n "${MODELS:-}" ]; then
+    what="--models $MODELS --recipes ours" pick="^ours " rows=$(tr , '\n' <<< "$MODELS" | wc -l)
+  fi
   work=$(mktemp -d)
   [ -d "${BASE:-}/imageloader" ] || { echo "versus: BASE must hold another tree"; return 2; }
   ensure_archive "$archive" --sizes "$kind" --images 16000
@@ -501,7 +504,7 @@ versus() {  # KIND: the loader alone from this tree and from $BASE (another comm
           --decode cuda --gpu-lanes "$lanes" --warmup 100 --steps 100000 \
           --max-seconds "${WINDOW:-10}" --out "$work/x.json" \
           $([ $side = this ] && echo "${THIS_ARGS:-}") 2>&1 | grep -a "$pick" \
-          | head -1 | sed "s|^|$kind round $round, $side: |"
+          | head -"$rows" | sed "s|^|$kind round $round, $side: |"
       done
     done
   done
