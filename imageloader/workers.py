@@ -713,6 +713,7 @@ class WorkerPool:
                 state.next_k += 1
                 if self._hand_out(state, k, buf):
                     yield buf
+                    self._consumer_is_back()
                 continue
             if self._missing(k, state) and not self._all_ended(state):
                 state.next_k += 1  # that worker's stream ended earlier (or short: at the end)
@@ -723,6 +724,12 @@ class WorkerPool:
         yield from self._tail(state)
         state.skipped.update(state.pending)
         self._finished, self._epoch = state, None
+
+    def _consumer_is_back(self) -> None:
+        """The hang timeout counts our waits on the workers, not the consumer's time away (a
+        validation pass, a checkpoint): it holds buffers meanwhile, and the first wait after
+        it comes back, for one of them to be free, would otherwise time out at once."""
+        self._last_message = time.monotonic()
 
     def _done_before(self, k: int, state: _Epoch) -> bool:
         return k < state.start[self._worker_of(k)]
@@ -763,6 +770,7 @@ class WorkerPool:
                 for _, rest in parts[i + 1:]:
                     self.pool.release(rest)
                 raise
+            self._consumer_is_back()
 
     def _worker_of(self, k: int) -> int:
         return k % self.workers

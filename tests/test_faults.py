@@ -649,6 +649,30 @@ def test_hung_worker_times_out_naming_the_member(tmp_path):
     assert shm_left(shm) == []
 
 
+@pytest.mark.timeout(60)
+def test_a_consumer_away_longer_than_the_timeout_is_not_a_hang(tmp_path):
+    """The timeout counts how long the loader waits on its workers, not how long the training
+    loop is away (a validation pass, a checkpoint): once it had held every buffer for longer
+    than the timeout, the loader's first wait after it came back raised "timeout" at once,
+    before any buffer could come back from its copy."""
+    from conftest import numbered_files
+    path = write_archive(tmp_path / "a.tgz", numbered_files(64))
+    with imageloader.ImageLoader(path, batch_size=4, size=8, mode="L", device="cpu",
+                                 normalize=False, workers=2, train=False,
+                                 options=imageloader.Options(timeout=1.0, lookahead=False)
+                                 ) as loader:
+        runtime = loader._started()
+        pool, batches = runtime.pool, runtime.producer.batches(0)
+        held = [next(batches) for _ in range(len(pool.buffers))]  # the consumer holds them all
+        time.sleep(1.5)  # away longer than the timeout
+        threading.Timer(0.3, pool.release, [held.pop(0)]).start()  # one comes back soon
+        more = next(batches)  # waits for that one, then for its worker: not a hang
+        assert more.count == 4
+        for buf in held + [more]:
+            pool.release(buf)
+        batches.close()
+
+
 # ============================================================================================
 # Shutdown: Ctrl-C, break, del, exceptions in the loop body, close
 

@@ -218,8 +218,8 @@ def timed_training(trainer, batches, args, label: str) -> dict:
 
 class Forever:
     """A loader's batches epoch after epoch; `starts_epoch` says whether the batch just
-    yielded was the first of an epoch (where the loader's lanes begin anew: waits there are
-    the epoch boundary's, timed_training counts them apart)."""
+    yielded was the first of an epoch (a loader whose pipeline starts each epoch empty waits
+    there: timed_training counts those waits apart)."""
 
     def __init__(self, loader):
         self.loader, self.starts_epoch, self._epoch = loader, False, iter(())
