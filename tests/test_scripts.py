@@ -727,3 +727,5 @@ def test_timed_training_counts_the_waits_at_epoch_starts_apart(monkeypatch):
     at_starts = row["data_wait_at_epoch_starts_pct"] * row["seconds"] / 100
     elsewhere = row["data_wait_pct"] * row["seconds"] / 100 - at_starts
     assert at_starts >= 2 * 0.05 and elsewhere >= 6 * 0.01  # sleeps last at least so long
+    assert bench.at_epoch_starts_text(row).endswith(" at 2 epoch starts)")  # both tables say it
+    assert bench.at_epoch_starts_text({"data_wait_pct": 1.0}) == ""  # rows without epochs

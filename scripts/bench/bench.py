@@ -209,11 +209,16 @@ def timed_training(trainer, batches, args, label: str) -> dict:
               "images": images_seen, "data_wait_pct": 100 * wait / seconds,
               "epoch_starts": epoch_starts,
               "data_wait_at_epoch_starts_pct": 100 * at_epoch_starts / seconds}
-    starts = (f" ({result['data_wait_at_epoch_starts_pct']:.1f} at {epoch_starts} epoch "
-              f"starts)" if epoch_starts else "")
     print(f"{label:32s} {result['img_per_s']:9.0f} img/s  data-wait "
-          f"{result['data_wait_pct']:5.1f}%{starts}", flush=True)
+          f"{result['data_wait_pct']:5.1f}%{at_epoch_starts_text(result)}", flush=True)
     return result
+
+
+def at_epoch_starts_text(row: dict) -> str:
+    """" (x at n epoch starts)": the part of a training row's data-wait at epoch starts."""
+    if not row.get("epoch_starts"):
+        return ""
+    return f" ({row['data_wait_at_epoch_starts_pct']:.1f} at {row['epoch_starts']} epoch starts)"
 
 
 class Forever:
@@ -799,10 +804,8 @@ def print_table(results: dict) -> None:
             pct = f"{row.get('pct_of_ceiling', 100):5.1f}%"
             copy = row.get("exposed_copy_ms_median")
             copy = f"  exposed copy {copy:.3f} ms" if copy is not None else ""
-            starts = (f" ({row['data_wait_at_epoch_starts_pct']:.1f} at epoch starts)"
-                      if row.get("epoch_starts") else "")
             print(f"    {row['recipe']:38s} {row['img_per_s']:9.0f} img/s {pct}  "
-                  f"wait {row.get('data_wait_pct', 0):5.1f}%{starts}{copy}")
+                  f"wait {row.get('data_wait_pct', 0):5.1f}%{at_epoch_starts_text(row)}{copy}")
 
 
 if __name__ == "__main__":
