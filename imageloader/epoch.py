@@ -12,6 +12,16 @@ its `LoaderStats`, and it ends in one of four ways, each written down here:
 Ending stops the prefetcher's threads before the producer, which takes its buffers back: those
 threads read the buffers. One thread iterates an epoch; ending it from another is not supported.
 
+Going on into the next epoch. The prefetcher runs over an `EpochStream`: the producer's epochs
+one after another, each closed by an `EpochEnd`. An epoch that is iterated to its end leaves the
+stream running (the runtime keeps it), so the next epoch's first batches are decoded and copied
+while this one's last batches train, instead of only once `iter(loader)` asks for them (each new
+epoch's first batch cost ResNet-50 ~100 ms of waiting, 2.7 of its 5 points of data-wait on a
+16,000-image archive: scripts/bench/results/2026-11-27-h200-hwhw). The next `iter(loader)` takes
+it over if it starts that epoch from its beginning; anything else (set_epoch() elsewhere, a
+resume, an epoch ended early) ends it first and starts anew, as before. With
+`Options(lookahead=False)` each epoch's stream ends with it.
+
 Carrying rows over. The producer's buffers are full except where rows were lost: a worker's
 short last batch (each worker's stream ends on its own), a batch in archive order whose images
 failed to decode (evaluation keeps the order, so its gap is not filled from later images), or
@@ -24,6 +34,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections import Counter
+from dataclasses import dataclass
 from typing import Iterable, Iterator, NamedTuple
 
 import torch
@@ -31,7 +42,7 @@ import torch
 from .batch import FALLBACK
 from .errors import counted
 from .plan import Position
-from .prefetch import release_batch
+from .prefetch import Marker, release_batch
 from .read import source_name
 
 
@@ -41,6 +52,17 @@ class Piece(NamedTuple):
     images: torch.Tensor
     labels: torch.Tensor
     info: dict      # "mark": where the producer stands after it; "counts": skips by reason
+
+
+@dataclass(frozen=True)
+class EpochEnd(Marker):
+    """The end of an epoch in an EpochStream, with the producer's counts of it, taken before
+    the stream went on into the next epoch (the producer then counts that one)."""
+
+    epoch: int
+    skipped: Counter    # the reader's skips by reason
+    bytes: int          # bytes read
+    fetched: Counter    # from URL sources (remote.counters)
 
 
 class Rebatched(NamedTuple):
@@ -153,6 +175,66 @@ def host_piece(buf) -> Piece:
     return Piece(*buf.views(), {**buf.meta, "cpu_share": float(buf.arrays.cpu_share[0])})
 
 
+# ---- the stream of epochs ----------------------------------------------------------------
+
+
+class EpochStream:
+    """The prefetcher's run over the producer's epochs one after another, from `epoch` at
+    `mark` (None: its start), each closed by an EpochEnd; see the module docstring."""
+
+    def __init__(self, runtime, epoch: int, mark: dict | None, wrap):
+        self.epoch = epoch            # the epoch its next piece belongs to
+        self.at_start = mark is None  # whether that epoch's first piece is next
+        self.ended: EpochEnd | None = None  # the last epoch's end, once reached
+        self.goes_on = runtime.lookahead  # into the next epoch; else it ends with this one
+        # Each epoch's end as the producer reached it (written by the thread that collects):
+        # an epoch ended early may have passed it already, and the producer counts the next.
+        self.ends: dict[int, EpochEnd] = {}
+        self._source = _epochs(runtime.producer, runtime.pool, wrap, epoch, mark, self.goes_on,
+                               self.ends)
+        self._pieces = runtime.prefetcher.run(self._source)
+
+    def pieces(self) -> Iterator[Piece]:
+        """The pieces of the epoch at hand. At its EpochEnd the stream stands at the start of
+        the next one, already being decoded and copied ahead."""
+        self.ended, self.at_start = None, False
+        for piece in self._pieces:
+            if isinstance(piece, EpochEnd):
+                self.ended = piece
+                self.epoch, self.at_start = piece.epoch + 1, self.goes_on
+                return
+            yield piece
+
+    def end_of(self, epoch: int) -> EpochEnd | None:
+        """That epoch's end if the producer reached it (forgotten here with those before)."""
+        for old in [e for e in list(self.ends) if e < epoch]:
+            self.ends.pop(old, None)
+        return self.ends.pop(epoch, None)
+
+    def close(self) -> None:
+        self._pieces.close()  # first: its threads read the buffers the producer takes back
+        self._source.close()
+
+
+def _epochs(producer, pool, wrap, epoch: int, mark: dict | None, goes_on: bool, ends: dict):
+    """(piece source, release) pairs of the producer's epochs, each followed by its EpochEnd
+    (also put in `ends`); only the first epoch unless it `goes_on`."""
+    while True:
+        host = producer.batches(epoch, mark)
+        try:
+            for buf in host:
+                yield wrap(buf), release_batch(pool, buf)
+        finally:
+            host.close()
+        skipped, nbytes = producer.epoch_stats
+        ends[epoch] = end = EpochEnd(epoch, Counter(skipped), nbytes,
+                                     Counter(producer.epoch_fetched))
+        yield end, None
+        if not goes_on:
+            return
+        epoch, mark = epoch + 1, None
+
+
 # ---- the iterator ------------------------------------------------------------------------
 
 
@@ -215,10 +297,9 @@ class _EpochRun:
         again = position.repeat is not None and self.steps is not None
         mark, rows = position.repeat if again else (position.mark, position.rows)
         leftover: Counter = Counter()
-        host = runtime.producer.batches(self.epoch, mark)
-        pieces = runtime.prefetcher.run(
-            (self.wrap(buf), release_batch(runtime.pool, buf)) for buf in host)
-        made = rebatch(pieces, self.batch_size, drop_last=self.drop_last, mark=mark,
+        stream = runtime.stream(self.epoch, mark,
+                                lambda: EpochStream(runtime, self.epoch, mark, self.wrap))
+        made = rebatch(stream.pieces(), self.batch_size, drop_last=self.drop_last, mark=mark,
                        skip_rows=rows, leftover=leftover)
         started, last = time.perf_counter(), None
         self.share.start_epoch()
@@ -233,11 +314,21 @@ class _EpochRun:
                 self.stats.batches += 1
                 self.stats.samples += len(item[1])
                 yield item
+            else:
+                # Equal steps for every rank, all taken. If the epoch's end is next, reach it,
+                # so the stream goes on; rows past the last step ("drop") are dropped, and so is
+                # an error of theirs: it ends the stream, and the next epoch starts anew.
+                try:
+                    next(made, None)
+                except Exception:  # noqa: BLE001 -- of rows no rank hands out
+                    pass
         finally:
             self.finished = True
-            pieces.close()  # first: its threads read the buffers that `host` takes back
-            host.close()
-            self._finish(started, leftover)
+            if stream.ended is not None and stream.goes_on:
+                runtime.keep(stream)  # the next epoch's first batches are on their way
+            else:
+                stream.close()  # ended early, failed, or no lookahead
+            self._finish(started, leftover, stream.end_of(self.epoch))
 
     def _next_batch(self, made, last):
         """(the next batch or None at the end, the last real batch and where it was handed)."""
@@ -270,13 +361,16 @@ class _EpochRun:
         item = (out.images, out.labels)
         return item, self.runtime.prefetcher.consumer_stream()
 
-    def _finish(self, started: float, leftover: Counter) -> None:
+    def _finish(self, started: float, leftover: Counter, ended: EpochEnd | None) -> None:
         stats = self.stats
-        reader_counts, nbytes = self.runtime.producer.epoch_stats
+        producer = self.runtime.producer
+        # The producer's counts of this epoch: those of its end once the producer reached it
+        # (it may count the next one by now), else the producer's as they stand.
+        reader_counts, nbytes = (ended.skipped, ended.bytes) if ended else producer.epoch_stats
         _tally(reader_counts, stats)
         _tally(leftover, stats)
         stats.bytes = nbytes or stats.bytes
-        fetched = self.runtime.producer.epoch_fetched  # from URL sources (remote.py)
+        fetched = ended.fetched if ended else producer.epoch_fetched  # from URL sources
         stats.fetched, stats.requests, stats.retries = (
             fetched.get("fetched", 0), fetched.get("requests", 0), fetched.get("retries", 0))
         stats.seconds = time.perf_counter() - started

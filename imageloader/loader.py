@@ -81,7 +81,8 @@ class Options:
                                         # stays free); None: inflate every epoch
     timeout: float = 300.0              # seconds without any batch before erroring out;
                                         # decode="cuda": also one batch's GPU work
-    lookahead: bool = True              # start reading epoch e+1 as soon as e is fully read
+    lookahead: bool = True              # start reading epoch e+1 as soon as e is fully read,
+                                        # and decoding and copying it once e is handed over
     cpu_share: float | None = None      # decode="cuda": share of the images the packers
                                         # decode on the CPU instead (they reach the GPU as
                                         # pixels), for models that keep the GPU busy. None: 0,
@@ -369,7 +370,7 @@ class ImageLoader:
         if self._runtime is not None and not self._runtime.closed:
             return self._runtime
         plan = self.plan  # before allocating anything: deciding it may scan an archive
-        runtime = Runtime(self.prefetcher)
+        runtime = Runtime(self.prefetcher, lookahead=self.options.lookahead)
         # Registered before anything is allocated, holding the runtime and nothing of the
         # loader: whatever happens next, close(), dropping the loader and the interpreter's
         # exit free the shared memory and stop the processes.

@@ -50,6 +50,12 @@ SIDE_STREAM_PRIORITY = 0
 _END = object()
 
 
+class Marker:
+    """Base of items that go through a Prefetcher as they are, in their place among the others:
+    no copy, no transform, no event (epoch.py ends each epoch of its stream with one, so the
+    prefetcher can go on into the next epoch). They come with no host memory to release."""
+
+
 def small_to_device(values, device: torch.device, dtype: torch.dtype | None = None
                     ) -> torch.Tensor:
     """A small host list or array (indices, crop tables) on `device` without a hidden sync:
@@ -238,7 +244,7 @@ class _Busy:
 @dataclasses.dataclass
 class _InFlight:
     tree: Any
-    ready: Any                       # torch.cuda.Event recorded on the side stream
+    ready: Any                       # torch.cuda.Event recorded on the side stream; None: a Marker
 
 
 class Backlog:
@@ -363,7 +369,7 @@ class Prefetcher:
     def _run_cpu(self, pairs) -> Iterator[Any]:
         for item, release in pairs:
             try:
-                out = self._transform(item)
+                out = item if isinstance(item, Marker) else self._transform(item)
             finally:  # also when the transform fails: the host buffer is not lost
                 if release is not None:
                     release(None)
@@ -372,6 +378,9 @@ class Prefetcher:
     def _run_sync(self, pairs) -> Iterator[Any]:
         # The baseline: blocking copies on the consumer's stream, nothing overlaps.
         for item, release in pairs:
+            if isinstance(item, Marker):
+                yield item
+                continue
             try:
                 with torch.cuda.device(self.device):
                     before = self._mark(torch.cuda.current_stream(self.device))
@@ -532,6 +541,8 @@ class Prefetcher:
             jobs.put((number, error))
 
     def _submit(self, item: Any, release: Release | None) -> _InFlight:
+        if isinstance(item, Marker):
+            return _InFlight(item, None)  # nothing on the device: it waits for nothing
         releases = [release] if release is not None else []
         side = self.side_stream
         ready = None
@@ -562,6 +573,8 @@ class Prefetcher:
         return tensor.to(self.device, non_blocking=True)
 
     def _hand_over(self, job: _InFlight) -> Any:
+        if job.ready is None:
+            return job.tree  # a Marker
         consumer = torch.cuda.current_stream(self.device)
         before = self._mark(consumer)
         consumer.wait_event(job.ready)  # GPU-side wait: the host does not block here

@@ -25,12 +25,16 @@ from .batch import Counted, fill_batch
 class Runtime:
     """The processes, the memory and the epoch being iterated of one started loader."""
 
-    def __init__(self, prefetcher):
+    def __init__(self, prefetcher, lookahead: bool = True):
         self.prefetcher = prefetcher
+        # Options.lookahead: whether an epoch read to its end goes on into the next (the
+        # producer's reading, and the prefetcher's stream: epoch.EpochStream)
+        self.lookahead = lookahead
         self.pool = None        # set by whoever starts us, right after allocating it
         self.producer = None
         self.closed = False
         self._epoch: weakref.ref | None = None  # the live EpochIterator (the user holds it)
+        self._ahead = None  # an epoch stream gone on into the next epoch (epoch.EpochStream)
 
     def begin(self, make_epoch: Callable[["Runtime"], Any], epoch: int):
         """A new epoch iterator; the previous one, if still live, is ended first: two
@@ -42,6 +46,21 @@ class Runtime:
         current = make_epoch(self)
         self._epoch = weakref.ref(current)
         return current
+
+    def stream(self, epoch: int, mark: dict | None, make: Callable[[], Any]):
+        """The stream an epoch is iterated from: the one kept going into it, if it stands at
+        that epoch's start and the epoch starts there (no `mark`); else a new one from `make`,
+        the kept one ended first (its threads and the producer's epoch are the new one's)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and mark is None and ahead.epoch == epoch and ahead.at_start:
+            return ahead
+        if ahead is not None:
+            ahead.close()
+        return make()
+
+    def keep(self, stream) -> None:
+        """An epoch iterated to its end leaves its stream here, going on into the next."""
+        self._ahead = stream
 
     @property
     def current(self):
@@ -62,6 +81,9 @@ class Runtime:
         self.closed = True
         try:
             self.end_epoch()
+            ahead, self._ahead = self._ahead, None
+            if ahead is not None:
+                ahead.close()
         finally:
             if self.producer is not None:
                 self.producer.close()

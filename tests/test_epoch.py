@@ -183,3 +183,130 @@ def test_stats_and_warning_of_an_epoch_ended_by_a_newer_one(tmp_path):
             iter(loader)
         assert stats.samples == 4 and stats.skipped == {"undecodable": 1}
         assert any("skipped 1 member of" in str(w.message) for w in caught)
+
+
+def count_streams(monkeypatch) -> list:
+    """Every EpochStream made from now on (the prefetcher's run over the producer's epochs)."""
+    from imageloader import epoch
+    made = []
+    make = epoch.EpochStream.__init__
+
+    def counted_init(self, *args, **kwargs):
+        made.append(self)
+        make(self, *args, **kwargs)
+    monkeypatch.setattr(epoch.EpochStream, "__init__", counted_init)
+    return made
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_epochs_read_to_their_end_go_on_in_one_stream_with_each_epochs_own_batches(
+        tmp_path, workers, monkeypatch):
+    """An epoch iterated to its end leaves its stream going on into the next one, so that the
+    next epoch's first batches are on their way before iter(loader) asks for them: epochs in a
+    row come from one stream, and each has exactly the batches, stats and skip warning a
+    loader started at that epoch gives. set_epoch() elsewhere, a break or a resume start anew."""
+    path = write_archive(tmp_path / "a.tgz", numbered_files(26, bad={5}))
+
+    def make(lookahead=True):
+        return ImageLoader(path, batch_size=4, size=8, mode="L", device="cpu",
+                           normalize=False, workers=workers, seed=3,
+                           options=Options(lookahead=lookahead))
+
+    expected = {}
+    for epoch in (0, 1, 2, 7):
+        with make() as fresh, pytest.warns(UserWarning, match="skipped 1 member"):
+            fresh.set_epoch(epoch)
+            expected[epoch] = [ids(x) for x, _ in fresh]
+            expected_bytes = fresh.stats.bytes
+    assert expected[0] != expected[1]  # shuffled anew each epoch
+    streams = count_streams(monkeypatch)
+    with make() as loader:
+        for epoch in (0, 1, 2):
+            with pytest.warns(UserWarning, match=f"epoch {epoch}: skipped 1 member"):
+                assert [ids(x) for x, _ in loader] == expected[epoch]
+            assert loader.stats.skipped == {"undecodable": 1} and loader.stats.samples == 25
+            assert loader.stats.bytes == expected_bytes > 0
+        assert len(streams) == 1
+        loader.set_epoch(7)  # not the epoch the stream went on into
+        with pytest.warns(UserWarning, match="epoch 7: skipped"):
+            assert [ids(x) for x, _ in loader] == expected[7]
+        assert len(streams) == 2
+        for _batch in loader:  # epoch 8, ended early: its stream ends with it
+            break
+        state = loader.state_dict()  # epoch 9 from its start
+        with pytest.warns(UserWarning, match="epoch 9: skipped"):
+            list(loader)
+        assert len(streams) == 3
+        loader.load_state_dict(state)
+        with pytest.warns(UserWarning, match="epoch 9: skipped"):
+            list(loader)
+        assert len(streams) == 4  # a resume starts anew, at its mark
+    with make(lookahead=False) as loader:  # no stream goes on
+        for epoch in (0, 1):
+            with pytest.warns(UserWarning, match=f"epoch {epoch}: skipped 1 member"):
+                assert [ids(x) for x, _ in loader] == expected[epoch]
+        assert len(streams) == 6 and loader._runtime._ahead is None
+    assert all(stream._pieces.gi_frame is None for stream in streams)  # all ended
+
+
+def test_a_stream_gone_on_into_the_next_epoch_ends_with_the_loader(tmp_path):
+    """The stream an epoch leaves running holds buffers of the next epoch; closing the loader
+    ends it and every buffer comes back, with no next epoch ever asked for."""
+    path = write_archive(tmp_path / "a.tgz", numbered_files(24))
+    with ImageLoader(path, batch_size=4, size=8, mode="L", device="cpu", normalize=False,
+                     workers=2) as loader:
+        assert sorted(sum((ids(x) for x, _ in loader), [])) == list(range(24))
+        runtime, pool = loader._runtime, loader._pool
+        assert runtime._ahead is not None
+    assert runtime._ahead is None and runtime.closed and pool.in_use() == 0
+
+
+class CountingProducer:
+    """A producer of numbered pieces: `per_epoch` a epoch, each epoch's skip count its
+    number (what epoch_stats reports is the epoch it last began)."""
+
+    def __init__(self, per_epoch: int):
+        self.per_epoch, self.began = per_epoch, []
+
+    def batches(self, epoch, mark):
+        self.began.append(epoch)
+        for k in range(self.per_epoch):
+            yield piece(100 * epoch + 4 * k, 4, {"k": k})
+
+    @property
+    def epoch_stats(self):
+        return Counter(skipped_in=self.began[-1]), 1000 * self.began[-1]
+
+    @property
+    def epoch_fetched(self):
+        return Counter()
+
+
+class StreamRuntime:
+    def __init__(self, producer, lookahead=True):
+        from imageloader.prefetch import Prefetcher
+        self.producer, self.pool, self.lookahead = producer, None, lookahead
+        self.prefetcher = Prefetcher((), "cpu")
+
+
+def test_an_epoch_stream_ends_each_epoch_with_that_epochs_counts(monkeypatch):
+    """EpochStream: the pieces of one epoch, then the next from its start; each epoch's end
+    carries the producer's counts of that epoch, also once the producer counts the next."""
+    from imageloader import epoch as epoch_module
+    monkeypatch.setattr(epoch_module, "release_batch", lambda pool, buf: None)
+    producer = CountingProducer(per_epoch=2)
+    stream = epoch_module.EpochStream(StreamRuntime(producer), 3, None, wrap=lambda buf: buf)
+    first = [p.labels[0].item() for p in stream.pieces()]
+    assert first == [300, 304] and stream.ended.epoch == 3
+    assert (stream.epoch, stream.at_start) == (4, True)
+    second = stream.pieces()
+    assert next(second).labels[0].item() == 400 and producer.began == [3, 4]
+    assert producer.epoch_stats[1] == 4000  # the producer counts epoch 4 by now
+    end = stream.end_of(3)
+    assert (end.skipped, end.bytes) == (Counter(skipped_in=3), 3000)
+    assert stream.end_of(4) is None  # not reached yet
+    stream.close()
+    no_more = epoch_module.EpochStream(StreamRuntime(CountingProducer(1), lookahead=False), 0,
+                                       None, wrap=lambda buf: buf)
+    assert len(list(no_more.pieces())) == 1 and not no_more.at_start
+    assert list(no_more.pieces()) == []  # it ended with its epoch

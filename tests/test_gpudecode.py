@@ -710,6 +710,40 @@ def test_lanes_give_the_same_batches_as_one_lane(tmp_path):
 
 
 @cuda
+@pytest.mark.parametrize("decode", ["cuda", "cpu"])
+def test_the_next_epochs_first_batches_are_made_before_it_is_asked_for(tmp_path, decode):
+    """An epoch read to its end leaves the prefetcher going on into the next one (epoch.py):
+    with GPU decoding its lanes decode the next epoch's first batches before iter(loader)
+    asks for them; with CPU decoding they are copied ahead. Epochs in a row still give the
+    same batches (evaluation: archive order), each epoch's stats are its own, and closing the
+    loader ends the stream's threads."""
+    import threading
+    files = [(f"t/c{k % 4}/{k}.jpg", photo(k, (96 + 8 * (k % 5), 72))) for k in range(80)]
+    path = write_archive(tmp_path / "a.tgz", files)
+    epochs, before = [], set(threading.enumerate())  # another test's threads are not ours
+    with cuda_loader(path, decode, train=False, options=Options(gpu_lanes=2)) as loader:
+        for epoch in range(3):
+            epochs.append([(x.cpu(), y.cpu()) for x, y in loader])
+            assert loader.stats.epoch == epoch and loader.stats.samples == 80
+            if decode == "cuda":
+                assert loader.stats.fallbacks["gpu_decoded"] == 80
+                deadline = time.monotonic() + 10
+                while loader.prefetcher.backlog() == 0 and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                assert loader.prefetcher.backlog() > 0  # the next epoch's, decoded already
+        threads = [t for t in set(threading.enumerate()) - before
+                   if t.name.startswith(("imageloader-prefetch", "imageloader-collect"))]
+        assert bool(threads) == (decode == "cuda")
+    for thread in threads:
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+    assert [len(y) for _, y in epochs[0]] == [8] * 10
+    for later in epochs[1:]:  # a batch's lane may differ: "2" is one of the engines, one CUDA
+        for (a, la), (b, lb) in zip(epochs[0], later, strict=True):
+            assert torch.equal(la, lb) and (a.int() - b.int()).abs().float().mean() <= 2.0
+
+
+@cuda
 @pytest.mark.parametrize("name", DECODERS + tuple(
     f"nvimgcodec:{e}" for e in ENGINES[1:] + ("hw|hybrid", "hw|cuda", "hw@python", "all@python")))
 def test_a_busy_gpu_never_lets_the_next_decode_overwrite_images_before_their_crops(name):

@@ -433,6 +433,33 @@ def threaded_on_the_host(submit, stall_timeout: float | None, lanes: int = 1,
     return prefetcher
 
 
+def test_markers_keep_their_place_and_the_lanes_go_on_past_them():
+    """A Marker (epoch.py ends each epoch of its stream with one) goes through the threaded
+    stage as it is, in its place; while the consumer has not asked past it, the lanes already
+    work on what follows (the next epoch's first batches)."""
+    from imageloader.prefetch import Marker, _InFlight
+    taken = []
+
+    def submit(item, release):
+        if isinstance(item, Marker):
+            return Prefetcher._submit(prefetcher, item, release)  # the real pass-through
+        taken.append(item)
+        return item
+
+    prefetcher = threaded_on_the_host(submit, stall_timeout=None, lanes=2)
+    prefetcher._hand_over = lambda job: (Prefetcher._hand_over(prefetcher, job)
+                                         if isinstance(job, _InFlight) else job)
+    end = Marker()
+    it = prefetcher._run_threaded(iter([(0, None), (1, None), (end, None), (2, None),
+                                        (3, None), (4, None)]))
+    assert [next(it) for _ in range(3)] == [0, 1, end]
+    deadline = time.monotonic() + 10
+    while len(taken) < 5:  # room for prefetch + lanes items: 2, 3 and 4 are made meanwhile
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert list(it) == [2, 3, 4]
+
+
 def test_a_batch_stuck_in_device_work_raises_instead_of_hanging():
     release = threading.Event()
 
