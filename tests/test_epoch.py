@@ -1,6 +1,7 @@
 """The epoch iterator: rows carried over into full batches, archive order, and how it ends."""
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from collections import Counter
@@ -247,6 +248,45 @@ def test_epochs_read_to_their_end_go_on_in_one_stream_with_each_epochs_own_batch
                 assert [ids(x) for x, _ in loader] == expected[epoch]
         assert len(streams) == 6 and loader._runtime._ahead is None
     assert all(stream._pieces.gi_frame is None for stream in streams)  # all ended
+
+
+_SEEN: Counter = Counter()  # images this process's transform saw (each worker its own)
+
+
+def wait_for_the_next_epoch(chw):
+    """A transform (in the workers) for the test below: worker 0, decoding image 0 a second
+    time (the next epoch's first batch), says so by a file; worker 1 waits for that file at
+    image 4 (this epoch's batch 1, its last), so this epoch cannot end before the next began."""
+    level = round(chw.float().mean().item())
+    i = (level - 10) // 3
+    _SEEN[i] += 1
+    marker = os.environ["IMAGELOADER_TEST_NEXT_EPOCH"]
+    if i == 0 and _SEEN[i] == 2:
+        open(marker, "w").close()
+    if i == 4 and _SEEN[i] == 1:
+        deadline = time.monotonic() + 20
+        while not os.path.exists(marker):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the next epoch's first batch was not begun while worker 1 "
+                                   "was still decoding this epoch's last")
+            time.sleep(0.01)
+    return torch.full((chw.shape[0], 8, 8), level, dtype=torch.uint8)
+
+
+def test_a_worker_done_with_its_epoch_begins_the_next_while_the_others_finish(
+        tmp_path, monkeypatch):
+    """In an epoch's tail the workers end one by one: a worker whose stream has ended fills the
+    next epoch's batches (in batch order) while the others still decode this one's last. It
+    used to sit idle until the last ended, and the next epoch's first batch was only begun then
+    (with decode="cpu" a whole batch's decode at every epoch start). Batches stay exact."""
+    # 3 batches of 4 in archive order: worker 0 fills batches 0 and 2, worker 1 batch 1
+    path = write_archive(tmp_path / "a.tgz", numbered_files(12))
+    monkeypatch.setenv("IMAGELOADER_TEST_NEXT_EPOCH", str(tmp_path / "next-epoch-began"))
+    with ImageLoader(path, batch_size=4, size=8, mode="L", device="cpu", normalize=False,
+                     train=False, workers=2, transform=wait_for_the_next_epoch) as loader:
+        for _epoch in range(2):
+            assert [ids(x) for x, _ in loader] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    assert os.path.exists(tmp_path / "next-epoch-began")
 
 
 def test_a_stream_gone_on_into_the_next_epoch_ends_with_the_loader(tmp_path):
