@@ -486,7 +486,8 @@ versus() {  # KIND: the loader alone from this tree and from $BASE (another comm
   # environment settings for each side's rows (BASE may be this same tree, BASE=.: e.g.
   # BASE_ENV=IMAGELOADER_C_BATCH=0 times nvImageCodec's Python API against one C call).
   # MODELS (e.g. resnet18,resnet50): each trained from the loader instead of the loader alone
-  # (a row per model: img/s and data-wait, also at epoch starts); DECODE: cuda (default), cpu.
+  # (a row per model: img/s and data-wait, also at epoch starts); DECODE: cuda (default), cpu,
+  # auto (then WARMUP=200: the untimed steps, 100, must hold decode="auto"'s trial).
   local kind=$1 archive="$data/$1-16000.tgz" round side tree lanes work rows=1
   local what="--models= --recipes loader" pick="loader alone"
   if [ -n "${MODELS:-}" ]; then
@@ -501,7 +502,7 @@ versus() {  # KIND: the loader alone from this tree and from $BASE (another comm
       for lanes in ${LANES:-auto}; do
         env $([ $side = this ] && echo "${THIS_ENV:-}" || echo "${BASE_ENV:-}") \
           python3 "$tree/$here/bench.py" --archive "$archive" --shards 0 $what \
-          --decode "${DECODE:-cuda}" --gpu-lanes "$lanes" --warmup 100 --steps 100000 \
+          --decode "${DECODE:-cuda}" --gpu-lanes "$lanes" --warmup "${WARMUP:-100}" --steps 100000 \
           --max-seconds "${WINDOW:-10}" --out "$work/x.json" \
           $([ $side = this ] && echo "${THIS_ARGS:-}") 2>&1 | grep -a "$pick" \
           | head -"$rows" | sed "s|^|$kind round $round, $side: |"
