@@ -493,6 +493,9 @@ versus() {  # KIND: the loader alone from this tree and from $BASE (another comm
   if [ -n "${MODELS:-}" ]; then
     what="--models $MODELS --recipes ours" pick="^ours " rows=$(tr , '\n' <<< "$MODELS" | wc -l)
   fi
+  if [ "${DECODE:-cuda}" = auto ]; then  # and the line after each row: the trial's choice
+    pick="$pick\|cpu share" rows=$((2 * rows))
+  fi
   work=$(mktemp -d)
   [ -d "${BASE:-}/imageloader" ] || { echo "versus: BASE must hold another tree"; return 2; }
   ensure_archive "$archive" --sizes "$kind" --images 16000
