@@ -25,8 +25,9 @@ skips that many tasks without decoding them.
 Every message carries a generation number (one per epoch). Generations below the shared
 `generation` value are dead: abandoning an epoch (`break`, a new iterator) raises that value, and
 old messages are recognized and dropped, their buffers going back to the pool. As soon as the
-reader has dealt an epoch, the next epoch's reading starts (lookahead), so workers never sit idle
-at an epoch boundary; its batches wait in the pool until the next iteration adopts them.
+reader has dealt an epoch, the next epoch's reading starts (lookahead), and each worker whose
+stream of the epoch has ended fills the next epoch's batches (in batch order) while the others
+finish; those batches wait in the pool until the next iteration adopts them.
 
 This module imports neither torch nor PIL at the top: child processes start in a fraction of a
 second because they import only numpy, Pillow and the read/decode/batch stages.
