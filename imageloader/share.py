@@ -75,7 +75,7 @@ class TrialShare(FixedShare):
     does not see one 20% short). And it times no epoch start, where CPU decoding begins with a
     whole batch's decode per packer. ResNet-50 on 500x375 images, H200 hosts: the trial chose
     CPU decoding at +0.4%, +2.3% and +6.5% and it then fed 90.8%, 89.3% and 95.6% of the
-    data-on-GPU rate, where GPU decoding fed 97.1-97.6% (scripts/bench/README.md)."""
+    data-on-GPU rate, where GPU decoding fed 97.1-97.9% (scripts/bench/README.md)."""
 
     def __init__(self, shares: tuple[float, ...] = (0.0, 1.0), skip: int = 8, window: int = 24,
                  early: int = 8, margin: float = 0.2, keep_first: float = 0.1,
