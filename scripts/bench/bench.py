@@ -101,6 +101,9 @@ def get_args_parser() -> argparse.ArgumentParser:
                    help="folder: py-spy's raw stacks of each loader-alone row's timed window "
                         "(this process and its children; py-spy on PATH), for "
                         "summarize_stacks.py")
+    p.add_argument("--spy-start", type=float, default=None, metavar="SECONDS",
+                   help="with --spy: sample the loader's start instead (from before it is made, "
+                        "for SECONDS): what its first batch waits for")
     return p
 
 
@@ -389,6 +392,9 @@ def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = N
     options = Options(readers=readers)
     torch.cuda.synchronize()
     before = memory_in_use()
+    tag = f"{decode}-{lanes}-{large}"
+    start_spy = spy_on_this_process(args.spy if args.spy_start else None, args.spy_start or 0,
+                                    f"start-{tag}")
     with our_loader(archive, args, prefetch=2, decode=decode, options=options,
                     lanes=lanes, large=large) as loader:
         # The first epoch in full (its rate includes the wait for the first batch), then the
@@ -401,6 +407,7 @@ def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = N
         torch.cuda.synchronize()
         first_epoch_s = time.perf_counter() - t_first
         first_epoch = n / first_epoch_s
+        end_spy(start_spy)  # waits out its SECONDS: nothing after this is timed yet
         # Past the first batch: the start (processes importing torch, decoders, pinned
         # buffers; ~1.5-2.5 s) is paid once per loader, and on 16,000 images it is half the
         # epoch: this is the rate a long first epoch approaches.
@@ -410,7 +417,7 @@ def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = N
             next(it)
         torch.cuda.synchronize()
         window = min(args.max_seconds, 20)
-        spy = spy_on_this_process(args.spy, window, f"loader-{decode}-{lanes}-{large}")
+        spy = spy_on_this_process(None if args.spy_start else args.spy, window, f"loader-{tag}")
         cpu0, t0, n = cpu_seconds(), time.perf_counter(), 0
         while time.perf_counter() - t0 < window:
             images, labels = next(it)
