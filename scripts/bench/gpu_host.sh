@@ -547,8 +547,9 @@ regions() {  # KIND: the loader alone with regions off ("base") and on ("this") 
 
 profile() {  # KIND: where ResNet-18's steps go when the loader feeds it, on one GPU:
   # torch.profiler traces of steps 40-44 (train_resnet.py --profile) with the data on the GPU,
-  # fed by one split lane and by LANES2 (two, the default), decode="cuda"; plot_timeline.py's
-  # summary of each (GPU time per stream, its top kernels, the steps' host time); ARCH
+  # fed by one lane (LANES1, "hw") and by the default lanes (or LANES2), decode="cuda";
+  # plot_timeline.py's summary of each (GPU time per stream, its top kernels, the steps' host
+  # time); ARCH (resnet18): e.g. ARCH=resnet50, where 2.5-4% of data-wait is left mid-epoch
   local kind=${1:-photos} archive val work run
   archive="$data/$kind-16000.tgz" val="$data/val-1000.tgz" work=$(mktemp -d)
   ensure_archive "$archive" --sizes "$kind" --images 16000
@@ -559,8 +560,8 @@ profile() {  # KIND: where ResNet-18's steps go when the loader feeds it, on one
   for run in ceiling one two; do
     local extra=""
     [ $run = ceiling ] && extra="--data-on-gpu"
-    [ $run = one ] && extra="--gpu-lanes hw|cuda:8"
-    [ $run = two ] && extra="--gpu-lanes ${LANES2:-hw|cuda:8+hw|cuda:8}"
+    [ $run = one ] && extra="--gpu-lanes ${LANES1:-hw}"
+    [ $run = two ] && extra="${LANES2:+--gpu-lanes $LANES2}"
     python3 $train $extra --out-dir "$work/$run" 2>&1 | grep '^steady' | sed "s/^/$kind, $run: /"
     gzip -c "$work/$run/trace.json" > "$out/trace-$kind-$run.json.gz"
   done
