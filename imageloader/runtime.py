@@ -51,12 +51,17 @@ class Runtime:
         """The stream an epoch is iterated from: the one kept going into it, if it stands at
         that epoch's start and the epoch starts there (no `mark`); else a new one from `make`,
         the kept one ended first (its threads and the producer's epoch are the new one's)."""
-        ahead, self._ahead = self._ahead, None
+        ahead = self._ahead
         if ahead is not None and mark is None and ahead.epoch == epoch and ahead.at_start:
+            self._ahead = None
             return ahead
+        self._end_ahead()
+        return make()
+
+    def _end_ahead(self) -> None:
+        ahead, self._ahead = self._ahead, None
         if ahead is not None:
             ahead.close()
-        return make()
 
     def keep(self, stream) -> None:
         """An epoch iterated to its end leaves its stream here, going on into the next."""
@@ -81,9 +86,7 @@ class Runtime:
         self.closed = True
         try:
             self.end_epoch()
-            ahead, self._ahead = self._ahead, None
-            if ahead is not None:
-                ahead.close()
+            self._end_ahead()
         finally:
             if self.producer is not None:
                 self.producer.close()

@@ -50,7 +50,7 @@ import types
 from collections import Counter
 from dataclasses import dataclass, field
 from multiprocessing import shared_memory
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Container, Iterator, NamedTuple
 
 from . import remote
 from .batch import Counted, Task, fill_batch, schedule, take_share, views_of
@@ -786,18 +786,18 @@ class WorkerPool:
             # end one by one; each sat idle until the last ended, and the next epoch's first
             # batches were only begun then (with decode="cpu" a whole batch's decode: ResNet-50
             # waited 0.74-0.82 s at each epoch start on an H200 host, 0.50-0.56 s with this).
-            self._assign(self._next, None if done else set(state.final))
+            self._assign(self._next, None if done else state.final)
 
-    def _assign(self, state: _Epoch, workers: set | None = None) -> bool:
-        """Give free buffers to batches in order, only to `workers` if given (stopping at the
-        first batch of another); True once this epoch needs no more."""
+    def _assign(self, state: _Epoch, only: Container[int] | None = None) -> bool:
+        """Give free buffers to batches in order, only to the workers in `only` if given
+        (stopping at the first batch of another); True once this epoch needs no more."""
         # Buffers go to batches strictly in batch order, so the batch the consumer waits for
         # always has one: no deadlock however the workers' speeds differ. The next epoch
-        # takes buffers only for workers done with ours, in order, so fewer than `workers`
-        # of them, and the pool holds more than that: ours always has some to go on with.
+        # takes buffers only for workers done with ours, in order, so for fewer batches than
+        # there are workers, and the pool holds more buffers than that: ours always has some.
         while True:
             w = self._worker_of(state.assigned)
-            if workers is not None and w not in workers:
+            if only is not None and w not in only:
                 return False
             if self._done_before(state.assigned, state):
                 state.assigned += 1
