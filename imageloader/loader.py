@@ -379,6 +379,12 @@ class ImageLoader:
         try:
             runtime.pool = self._make_pool()
             runtime.producer = self._make_producer(plan, runtime.pool)
+            # The worker processes start (~0.7 s to their first batch on an H200 host), and
+            # meanwhile this process does what would otherwise stand after them on the way
+            # to the first batch: the crop kernel's first launch (~0.5 s) and the page-locking
+            # of the buffers (~0.6 s) (probe_start.py, 2026-11-27).
+            self._warm_gpu_steps()
+            runtime.pool.pin()
         except BaseException:
             self._finalizer()
             raise
@@ -398,7 +404,13 @@ class ImageLoader:
         pin = self.device if self.device.type == "cuda" else None
         arena = self.batch_size * ARENA_PER_IMAGE if self._gpu is not None else 0
         return BufferPool(self._buffer_count(), self.batch_size, self.decoder.out_shape,
-                          pin_device=pin, shared=self.workers > 0, arena_bytes=arena)
+                          pin_device=pin, shared=self.workers > 0, arena_bytes=arena,
+                          pin_later=True)
+
+    def _warm_gpu_steps(self) -> None:
+        if self._gpu is not None and self.train:
+            for gpu in self._gpu:
+                gpu.warm()
 
     def _make_producer(self, plan: Plan, pool: BufferPool):
         o = self.options

@@ -1,6 +1,7 @@
 """decode="cuda": packing on the CPU side, the GPU stage's geometry, and (on a GPU host) nvJPEG."""
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -572,6 +573,64 @@ def test_auto_crop_falls_back_to_roi_align_when_the_kernel_fails(monkeypatch, ca
             images, labels = stage(Packed(buf))
         assert stage.crop == "roi_align" and "roi_align from now on" in caplog.text
         assert torch.equal(images, expected) and labels.tolist() == [0, 1, 2]
+
+
+def test_warm_launches_the_crops_once_and_falls_back_as_a_batch_would(monkeypatch, caplog):
+    """GpuDecode.warm: the loader crops one small image before the first batch, so that
+    Triton's first launch (~0.5 s) is paid while the workers start; where the kernel fails,
+    "auto" changes to roi_align there, as the first batch would have; roi_align needs no
+    warming."""
+    from imageloader import gpucrop
+    cpu = Decoder(Augment.make(32, True))
+    calls = []
+    monkeypatch.setattr(gpucrop, "crop_resize_flip",
+                        lambda images, boxes, slots, out: calls.append((len(images), out.shape)))
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    stage = GpuDecode(cpu, None, torch.device("cpu"), cpu_jpeg_decoder(), crop="roi_align")
+    stage.warm()
+    assert calls == []  # roi_align: nothing to build
+    stage.crop, stage._crop_chosen_by_us = "triton", True  # as "auto" on a GPU host
+    stage.warm()
+    assert calls == [(1, (1, 32, 32, 3))]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("Failed to compile the launcher: no C compiler")
+    monkeypatch.setattr(gpucrop, "crop_resize_flip", broken)
+    with caplog.at_level("WARNING", logger="imageloader.gpudecode"):
+        stage.warm()
+    assert stage.crop == "roi_align" and "roi_align from now on" in caplog.text
+
+
+def test_the_preferred_nvimgcodec_decoder_is_the_engines_probe_and_lanes_reuse_it(
+        monkeypatch):
+    """Where the GPU has JPEG engines, the first lane's decoder is the one the probe made:
+    one decoder and one probe for the default lanes (each decoder made cost ~0.5 s of the
+    start, the probe ~1.3 s); without engines, nvImageCodec's choice of backends."""
+    from imageloader import gpujpeg
+    made, probes = [], []
+
+    def fake_init(self, device, mode, threads=None, engine="all", **kwargs):
+        self.device, self.mode, self.engine, self.threads = device, mode, engine, threads
+        made.append(engine)
+    monkeypatch.setattr(NvImageCodecJpeg, "__init__", fake_init)
+    cuda = torch.device("cuda", 0)
+
+    def probe(device, mode, engines=True):
+        probes.append(device)
+        return NvImageCodecJpeg(device, mode, engine="hw") if engines else None
+    monkeypatch.setattr(gpujpeg, "_engines_decoder", probe)
+    preferred = gpujpeg._preferred_nvimgcodec(cuda, "RGB")
+    assert preferred.engine == "hw" and made == ["hw"] and len(probes) == 1
+    lanes = gpujpeg.lanes(preferred)
+    assert [lane.engine for lane in lanes] == ["hw", "hw"] and lanes[0] is preferred
+    assert made == ["hw", "hw"] and len(probes) == 1  # the second lane's decoder, no probe
+
+    made.clear(), probes.clear()
+    monkeypatch.setattr(gpujpeg, "_engines_decoder",
+                        lambda device, mode: probe(device, mode, engines=False))
+    preferred = gpujpeg._preferred_nvimgcodec(cuda, "RGB")
+    assert preferred.engine == "all" and made == ["all"]
+    assert [lane.engine for lane in gpujpeg.lanes(preferred)] == ["all"]
 
 
 def varied_jpegs() -> list[bytes]:
