@@ -485,16 +485,20 @@ spy() {  # KIND: the loader alone, once as is and once with py-spy (its wheel in
 start() {  # KIND: what the loader's first batch waits for (3.2-5.1 s on an H200 host,
   # 2026-11-27): probe_start.py's timeline of the steps of a start (construction, iter(), the
   # first batch), twice, each in a fresh process (the first on a fresh host also builds
-  # nvbatch's C and compiles the crop kernel, both cached on disk); with SPY=1 then the loader
+  # nvbatch's C and compiles the crop kernel, both cached on disk); BASE: another tree's
+  # (holding probe_start.py) interleaved, after one untimed run; with SPY=1 then the loader
   # alone with py-spy over its start (bench.py --spy-start SPY_SECONDS, 8), whose stacks
   # summarize_stacks.py sums per process and thread
   local kind=$1 archive="$data/$1-16000.tgz" work loader run
   work=$(mktemp -d)
   ensure_archive "$archive" --sizes "$kind" --images 16000
-  for run in 1 2; do
-    echo "== start $run"
-    python3 $here/probe_start.py --archive "$archive" --decode ${DECODE:-cuda} \
-      --out "$out/start-$kind-$run.json" 2>&1 | grep -v "$quiet"
+  local runs="1:. 2:." side
+  [ -n "${BASE:-}" ] && runs="0:. 1:$BASE 1:. 2:$BASE 2:."  # interleaved after a first run
+  for run in $runs; do
+    side=${run#*:} run=${run%%:*}
+    echo "== start $run, tree $side"
+    python3 $side/$here/probe_start.py --archive "$archive" --decode ${DECODE:-cuda} \
+      --out "$work/start-$kind-$run.json" 2>&1 | grep -v "$quiet"
   done
   [ "${SPY:-0}" = 1 ] || return 0
   loader="$here/bench.py --archive $archive --shards 0 --models= --recipes loader --decode cuda
