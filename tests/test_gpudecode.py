@@ -373,6 +373,35 @@ def cuda_loader(path, decode, **kw):
 
 
 @cuda
+def test_a_started_loader_has_warmed_its_crops_and_page_locked_every_buffer(tmp_path,
+                                                                          monkeypatch):
+    """The start's order (spawn, then warm and page-lock while the workers start) leaves
+    nothing undone: by the first batch every buffer is page-locked, the crop kernel was
+    launched once per lane on one image before any batch's crops, and the warming thread is
+    gone after close()."""
+    from imageloader import gpucrop
+    path = write_archive(tmp_path / "a.tgz", [(f"t/c{k % 2}/{k}.jpg", photo(k, (64, 48)))
+                                              for k in range(24)])
+    launches = []
+    real = gpucrop.crop_resize_flip
+
+    def counted(images, boxes, slots, out):
+        launches.append(len(images))
+        return real(images, boxes, slots, out)
+    monkeypatch.setattr(gpucrop, "crop_resize_flip", counted)
+    with cuda_loader(path, "cuda") as loader:
+        if loader._gpu[0].crop != "triton":
+            pytest.skip("the Triton crop kernel is not in use here")
+        batches = list(loader)
+        runtime = loader._runtime
+        assert all(buf.images.is_pinned() for buf in runtime.pool.buffers)
+        assert launches[0] == 1 and launches.count(1) == len(loader._gpu), launches
+        assert sum(len(labels) for _, labels in batches) == 24
+        warming = runtime.warming
+    assert warming is not None and not warming.is_alive()
+
+
+@cuda
 def test_cuda_decode_matches_cpu_decode_in_eval_mode(tmp_path):
     # 64x48 -> 32: no Pillow draft (DCT downscaling) on the CPU side, so both decode fully.
     files = [(f"t/c{k % 3}/{k}.jpg", photo(k, (64, 48))) for k in range(20)]
@@ -578,8 +607,8 @@ def test_auto_crop_falls_back_to_roi_align_when_the_kernel_fails(monkeypatch, ca
 def test_warm_launches_the_crops_once_and_falls_back_as_a_batch_would(monkeypatch, caplog):
     """GpuDecode.warm: the loader crops one small image before the first batch, so that
     Triton's first launch (~0.5 s) is paid while the workers start; where the kernel fails,
-    "auto" changes to roi_align there, as the first batch would have; roi_align needs no
-    warming."""
+    "auto" changes to roi_align there, as the first batch would have, and an explicit
+    "triton" is left for the first batch to raise; roi_align needs no warming."""
     from imageloader import gpucrop
     cpu = Decoder(Augment.make(32, True))
     calls = []
@@ -596,6 +625,10 @@ def test_warm_launches_the_crops_once_and_falls_back_as_a_batch_would(monkeypatc
     def broken(*args, **kwargs):
         raise RuntimeError("Failed to compile the launcher: no C compiler")
     monkeypatch.setattr(gpucrop, "crop_resize_flip", broken)
+    stage._crop_chosen_by_us = False  # gpu_crop="triton": the first batch raises, not warm()
+    stage.warm()
+    assert stage.crop == "triton"
+    stage._crop_chosen_by_us = True
     with caplog.at_level("WARNING", logger="imageloader.gpudecode"):
         stage.warm()
     assert stage.crop == "roi_align" and "roi_align from now on" in caplog.text
