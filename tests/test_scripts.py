@@ -322,6 +322,9 @@ def test_probe_decoding_lanes_decode_whole_batches_until_stopped_and_raise_a_fai
     monkeypatch.setattr(gpujpeg, "lanes", lambda preferred, spec: specs.append(spec) or made)
     monkeypatch.setattr(torch.cuda, "stream", lambda s: __import__("contextlib").nullcontext())
     monkeypatch.setattr(torch.cuda, "Stream", lambda device: None)
+    # Stand-in JPEGs (numbers) stay as they are: on a CUDA host the probe copies real ones
+    # into page-locked memory (this failed there, and only there)
+    monkeypatch.setattr(probe, "page_locked", lambda arrays: arrays)
     jpegs = list(range(10))  # two whole batches of 4, two left over
     with probe.DecodingLanes(jpegs, "hw+hw", torch.device("cuda"), batch=4) as lanes:
         deadline = time.monotonic() + 10
