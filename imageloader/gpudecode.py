@@ -83,6 +83,23 @@ class GpuDecode:
             images = self.normalize(images)
         return images, labels
 
+    def warm(self) -> None:
+        """The training crops once on a small image: Triton builds or loads its kernel on the
+        first launch in a process (~0.5 s on an H200 host), which the loader pays while its
+        workers start rather than on the first batch. Where the kernel fails, "auto" falls
+        back to roi_align here, as it would on that batch; an explicit "triton" raises there,
+        on the batch, not here."""
+        if self.crop != "triton":
+            return
+        with torch.cuda.device(self.device):  # Triton launches on the current device
+            image = torch.zeros((self.cpu.channels, 8, 8), dtype=torch.uint8,
+                                device=self.device)
+            out = torch.empty((1, *self.cpu.out_shape), dtype=torch.uint8, device=self.device)
+            try:
+                self.train_crops([(0, image)], np.array([[0, 0, 8, 8, 0]], np.float32), out)
+            except Exception as error:  # the first batch meets it again and raises
+                log.debug("imageloader: warming the crops failed: %s", error)
+
     def _wait_for_last_batch(self) -> None:
         """torchvision's decoder writes its outputs from a stream of its own, not ours: into
         memory the caching allocator may just have handed back from the last batch's images,

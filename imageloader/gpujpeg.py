@@ -466,7 +466,7 @@ def available(device: torch.device, mode: str, choice: str = "auto",
     the best (each made holds GPU memory and handles: the loader uses one)."""
     if choice not in ("auto", *DECODERS):
         raise ValueError(f"gpu_decoder must be 'auto' or one of {DECODERS}, got {choice!r}")
-    kinds = {"nvimgcodec": NvImageCodecJpeg, "torchcodec": TorchCodecJpeg,
+    kinds = {"nvimgcodec": _preferred_nvimgcodec, "torchcodec": TorchCodecJpeg,
              "torchvision": TorchvisionJpeg}
     found, errors = [], {}
     for name in DECODERS if choice == "auto" else (choice,):
@@ -534,7 +534,10 @@ def lanes(preferred: JpegDecoder, spec: int | str | None = None,
         if spec not in (None, 1):
             log.info("imageloader: %s decodes in one lane", preferred.name)
         return [preferred]
-    probed = _engines_decoder(preferred.device, preferred.mode)
+    # The preferred decoder is the engines' own where the GPU has them (`available`): no
+    # second probe, no second decoder.
+    probed = preferred if preferred.engine == "hw" else \
+        _engines_decoder(preferred.device, preferred.mode)
     made = []
     for lane in _lane_kinds(spec, probed is not None):
         decoders = []
@@ -596,6 +599,18 @@ def _bad_lane(part: str) -> NoReturn:
 def has_jpeg_engines(decoder: NvImageCodecJpeg) -> bool:
     """Whether the GPU decodes JPEG in hardware (A100, H100, H200...; not most others)."""
     return _engines_decoder(decoder.device, decoder.mode) is not None
+
+
+def _preferred_nvimgcodec(device: torch.device, mode: str) -> NvImageCodecJpeg:
+    """nvImageCodec's decoder for the first lane: on the hardware JPEG engines where the GPU
+    has them (the default lanes are theirs), else nvImageCodec's choice among its backends.
+    One decoder made, not two: each costs ~0.5 s of a loader's start and its GPU memory, and
+    the engines' first decode (the probe) ~1.3 s more (H200, probe_start.py, 2026-11-27)."""
+    if device.type == "cuda":
+        engines = _engines_decoder(device, mode)
+        if engines is not None:
+            return engines
+    return NvImageCodecJpeg(device, mode)
 
 
 def _engines_decoder(device: torch.device, mode: str) -> NvImageCodecJpeg | None:

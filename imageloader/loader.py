@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field
@@ -379,6 +380,14 @@ class ImageLoader:
         try:
             runtime.pool = self._make_pool()
             runtime.producer = self._make_producer(plan, runtime.pool)
+            # The worker processes start (~0.7 s to their first batch on an H200 host), and
+            # meanwhile this process does what would otherwise stand after them on the way
+            # to the first batch: the crop kernel's first launch (~0.5 s, in a thread: a
+            # lane's first crops wait for it on the kernel's launch lock) and the page-locking
+            # of the buffers (~0.6 s; CUDA's call lets go of the GIL) (probe_start.py,
+            # scripts/bench/results/2026-11-27-h200-start).
+            runtime.warming = self._warm_gpu_steps()
+            runtime.pool.pin()
         except BaseException:
             self._finalizer()
             raise
@@ -398,7 +407,17 @@ class ImageLoader:
         pin = self.device if self.device.type == "cuda" else None
         arena = self.batch_size * ARENA_PER_IMAGE if self._gpu is not None else 0
         return BufferPool(self._buffer_count(), self.batch_size, self.decoder.out_shape,
-                          pin_device=pin, shared=self.workers > 0, arena_bytes=arena)
+                          pin_device=pin, shared=self.workers > 0, arena_bytes=arena,
+                          pin_later=True)
+
+    def _warm_gpu_steps(self) -> threading.Thread | None:
+        """A thread that runs each lane's crops once (GpuDecode.warm); None if none need it."""
+        if self._gpu is None or not self.train:
+            return None
+        thread = threading.Thread(target=_warm_all, args=(self._gpu,), daemon=True,
+                                  name="imageloader-warm")
+        thread.start()
+        return thread
 
     def _make_producer(self, plan: Plan, pool: BufferPool):
         o = self.options
@@ -468,6 +487,11 @@ class ImageLoader:
         return (f"ImageLoader({len(self.sources)} archive(s), batch_size={self.batch_size}, "
                 f"train={self.train}, device={self.device}, workers={self.workers}, "
                 f"prefetch={self.prefetch}, {self.vocab!r})")
+
+
+def _warm_all(gpus) -> None:
+    for gpu in gpus:
+        gpu.warm()
 
 
 def _choose_decode(decode: str, device: torch.device, transform, mode: str,

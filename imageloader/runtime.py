@@ -32,6 +32,7 @@ class Runtime:
         self.lookahead = lookahead
         self.pool = None        # set by whoever starts us, right after allocating it
         self.producer = None
+        self.warming = None     # a thread readying the GPU steps while the workers start
         self.closed = False
         self._epoch: weakref.ref | None = None  # the live EpochIterator (the user holds it)
         self._ahead = None  # an epoch stream gone on into the next epoch (epoch.EpochStream)
@@ -88,6 +89,8 @@ class Runtime:
             self.end_epoch()
             self._end_ahead()
         finally:
+            if self.warming is not None:
+                self.warming.join()  # a kernel build: seconds at most, and it uses the GPU
             if self.producer is not None:
                 self.producer.close()
             if self.pool is not None:

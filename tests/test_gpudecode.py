@@ -1,6 +1,7 @@
 """decode="cuda": packing on the CPU side, the GPU stage's geometry, and (on a GPU host) nvJPEG."""
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -372,6 +373,35 @@ def cuda_loader(path, decode, **kw):
 
 
 @cuda
+def test_a_started_loader_has_warmed_its_crops_and_page_locked_every_buffer(tmp_path,
+                                                                          monkeypatch):
+    """The start's order (spawn, then warm and page-lock while the workers start) leaves
+    nothing undone: by the first batch every buffer is page-locked, the crop kernel was
+    launched once per lane on one image before any batch's crops, and the warming thread is
+    gone after close()."""
+    from imageloader import gpucrop
+    path = write_archive(tmp_path / "a.tgz", [(f"t/c{k % 2}/{k}.jpg", photo(k, (64, 48)))
+                                              for k in range(24)])
+    launches = []
+    real = gpucrop.crop_resize_flip
+
+    def counted(images, boxes, slots, out):
+        launches.append(len(images))
+        return real(images, boxes, slots, out)
+    monkeypatch.setattr(gpucrop, "crop_resize_flip", counted)
+    with cuda_loader(path, "cuda") as loader:
+        if loader._gpu[0].crop != "triton":
+            pytest.skip("the Triton crop kernel is not in use here")
+        batches = list(loader)
+        runtime = loader._runtime
+        assert all(buf.images.is_pinned() for buf in runtime.pool.buffers)
+        assert launches[0] == 1 and launches.count(1) == len(loader._gpu), launches
+        assert sum(len(labels) for _, labels in batches) == 24
+        warming = runtime.warming
+    assert warming is not None and not warming.is_alive()
+
+
+@cuda
 def test_cuda_decode_matches_cpu_decode_in_eval_mode(tmp_path):
     # 64x48 -> 32: no Pillow draft (DCT downscaling) on the CPU side, so both decode fully.
     files = [(f"t/c{k % 3}/{k}.jpg", photo(k, (64, 48))) for k in range(20)]
@@ -572,6 +602,68 @@ def test_auto_crop_falls_back_to_roi_align_when_the_kernel_fails(monkeypatch, ca
             images, labels = stage(Packed(buf))
         assert stage.crop == "roi_align" and "roi_align from now on" in caplog.text
         assert torch.equal(images, expected) and labels.tolist() == [0, 1, 2]
+
+
+def test_warm_launches_the_crops_once_and_falls_back_as_a_batch_would(monkeypatch, caplog):
+    """GpuDecode.warm: the loader crops one small image before the first batch, so that
+    Triton's first launch (~0.5 s) is paid while the workers start; where the kernel fails,
+    "auto" changes to roi_align there, as the first batch would have, and an explicit
+    "triton" is left for the first batch to raise; roi_align needs no warming."""
+    from imageloader import gpucrop
+    cpu = Decoder(Augment.make(32, True))
+    calls = []
+    monkeypatch.setattr(gpucrop, "crop_resize_flip",
+                        lambda images, boxes, slots, out: calls.append((len(images), out.shape)))
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    stage = GpuDecode(cpu, None, torch.device("cpu"), cpu_jpeg_decoder(), crop="roi_align")
+    stage.warm()
+    assert calls == []  # roi_align: nothing to build
+    stage.crop, stage._crop_chosen_by_us = "triton", True  # as "auto" on a GPU host
+    stage.warm()
+    assert calls == [(1, (1, 32, 32, 3))]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("Failed to compile the launcher: no C compiler")
+    monkeypatch.setattr(gpucrop, "crop_resize_flip", broken)
+    stage._crop_chosen_by_us = False  # gpu_crop="triton": the first batch raises, not warm()
+    stage.warm()
+    assert stage.crop == "triton"
+    stage._crop_chosen_by_us = True
+    with caplog.at_level("WARNING", logger="imageloader.gpudecode"):
+        stage.warm()
+    assert stage.crop == "roi_align" and "roi_align from now on" in caplog.text
+
+
+def test_the_preferred_nvimgcodec_decoder_is_the_engines_probe_and_lanes_reuse_it(
+        monkeypatch):
+    """Where the GPU has JPEG engines, the first lane's decoder is the one the probe made:
+    one decoder and one probe for the default lanes (each decoder made cost ~0.5 s of the
+    start, the probe ~1.3 s); without engines, nvImageCodec's choice of backends."""
+    from imageloader import gpujpeg
+    made, probes = [], []
+
+    def fake_init(self, device, mode, threads=None, engine="all", **kwargs):
+        self.device, self.mode, self.engine, self.threads = device, mode, engine, threads
+        made.append(engine)
+    monkeypatch.setattr(NvImageCodecJpeg, "__init__", fake_init)
+    cuda = torch.device("cuda", 0)
+
+    def probe(device, mode, engines=True):
+        probes.append(device)
+        return NvImageCodecJpeg(device, mode, engine="hw") if engines else None
+    monkeypatch.setattr(gpujpeg, "_engines_decoder", probe)
+    preferred = gpujpeg._preferred_nvimgcodec(cuda, "RGB")
+    assert preferred.engine == "hw" and made == ["hw"] and len(probes) == 1
+    lanes = gpujpeg.lanes(preferred)
+    assert [lane.engine for lane in lanes] == ["hw", "hw"] and lanes[0] is preferred
+    assert made == ["hw", "hw"] and len(probes) == 1  # the second lane's decoder, no probe
+
+    made.clear(), probes.clear()
+    monkeypatch.setattr(gpujpeg, "_engines_decoder",
+                        lambda device, mode: probe(device, mode, engines=False))
+    preferred = gpujpeg._preferred_nvimgcodec(cuda, "RGB")
+    assert preferred.engine == "all" and made == ["all"]
+    assert [lane.engine for lane in gpujpeg.lanes(preferred)] == ["all"]
 
 
 def varied_jpegs() -> list[bytes]:

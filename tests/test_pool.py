@@ -114,3 +114,19 @@ def test_a_view_kept_past_close_stays_readable():
                             timeout=120, env={**os.environ, "PYTHONPATH": repo})
     assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
     assert result.stdout.split() == [str(7 * 2 * 4 * 4 * 3), "False"]  # read; unlinked
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_shared_buffers_are_page_locked_by_pin_or_else_by_the_first_lease():
+    """pin_later: the loader starts its workers before page-locking (they need only the
+    segments' names); no buffer is leased unlocked, even if pin() was forgotten."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    now = BufferPool(2, 4, (8, 8, 3), pin_device=device, shared=True)
+    assert all(buf.images.is_pinned() for buf in now.buffers)
+    for call in ("pin", "lease"):
+        pool = BufferPool(3, 4, (8, 8, 3), pin_device=device, shared=True, pin_later=True)
+        assert not any(buf.images.is_pinned() for buf in pool.buffers)
+        pool.pin() if call == "pin" else pool.release(pool.lease())
+        assert all(buf.images.is_pinned() and buf.labels.is_pinned() for buf in pool.buffers)
+        pool.close()
+    now.close()

@@ -322,6 +322,9 @@ def test_probe_decoding_lanes_decode_whole_batches_until_stopped_and_raise_a_fai
     monkeypatch.setattr(gpujpeg, "lanes", lambda preferred, spec: specs.append(spec) or made)
     monkeypatch.setattr(torch.cuda, "stream", lambda s: __import__("contextlib").nullcontext())
     monkeypatch.setattr(torch.cuda, "Stream", lambda device: None)
+    # Stand-in JPEGs (numbers) stay as they are: on a CUDA host the probe copies real ones
+    # into page-locked memory (this failed there, and only there)
+    monkeypatch.setattr(probe, "page_locked", lambda arrays: arrays)
     jpegs = list(range(10))  # two whole batches of 4, two left over
     with probe.DecodingLanes(jpegs, "hw+hw", torch.device("cuda"), batch=4) as lanes:
         deadline = time.monotonic() + 10
@@ -729,3 +732,24 @@ def test_timed_training_counts_the_waits_at_epoch_starts_apart(monkeypatch):
     assert at_starts >= 2 * 0.05 and elsewhere >= 6 * 0.01  # sleeps last at least so long
     assert bench.at_epoch_starts_text(row).endswith(" at 2 epoch starts)")  # both tables say it
     assert bench.at_epoch_starts_text({"data_wait_pct": 1.0}) == ""  # rows without epochs
+
+
+def test_probe_start_times_each_step_of_a_start_in_order(monkeypatch, tmp_path):
+    """probe_start: the first calls of the start's steps, in the order a start takes them,
+    the whole epoch counted; the package's functions are its own again afterwards."""
+    from imageloader import loader as loader_module
+
+    probe = load_script("probe_start", monkeypatch)
+    archive = write_archive(tmp_path / "a.tgz", [(f"train/c{k % 3}/{k}.jpg", photo(k, (40, 30)))
+                                                 for k in range(24)])
+    make_pool = loader_module.ImageLoader._make_pool
+    result = probe.main(script_args(probe, "--archive", archive, "--decode", "cpu",
+                                    "--workers", 1, "--batch-size", 8))
+    assert result["images"] == 24 and result["decode"] == "cpu (Pillow)"
+    steps = [e["what"] for e in result["events"]]
+    first = {what: steps.index(what) for what in reversed(steps)}
+    assert first["ImageLoader._make_pool"] < first["ImageLoader._make_producer"] \
+        < first["EpochIterator.__next__"]
+    assert steps.count("EpochIterator.__next__") == 3  # the first calls only
+    assert loader_module.ImageLoader._make_pool is make_pool
+    assert result["iter_to_first_batch_s"] > 0 and result["first_epoch_img_per_s"] > 0

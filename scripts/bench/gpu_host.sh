@@ -32,7 +32,8 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR spy [fixed|photos]  # where the loader's threads and
 #                                                    # processes spend their time (py-spy), ~2 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR start [photos|fixed]  # what the loader's first
-#                                 # batch waits for: py-spy over its start, ~1 min
+#                                 # batch waits for: a timeline of its start (SPY=1: and
+#                                 # py-spy over it), ~1 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR profile [photos|fixed]  # ResNet-18's steps traced
 #                                 # with its data on the GPU and fed by one lane and two, ~3 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR suspects  # what slows ResNet-18's training thread
@@ -482,20 +483,29 @@ spy() {  # KIND: the loader alone, once as is and once with py-spy (its wheel in
 }
 
 start() {  # KIND: what the loader's first batch waits for (3.2-5.1 s on an H200 host,
-  # 2026-11-27): the loader alone twice, each in a fresh process (the first on a fresh host
-  # also builds nvbatch's C and compiles the crop kernel, both cached on disk), the second with
-  # py-spy over its start (bench.py --spy-start SPY_SECONDS, 8), whose stacks
+  # 2026-11-27): probe_start.py's timeline of the steps of a start (construction, iter(), the
+  # first batch), twice, each in a fresh process (the first on a fresh host also builds
+  # nvbatch's C and compiles the crop kernel, both cached on disk); BASE: another tree's
+  # (holding probe_start.py) interleaved, after one untimed run; with SPY=1 then the loader
+  # alone with py-spy over its start (bench.py --spy-start SPY_SECONDS, 8), whose stacks
   # summarize_stacks.py sums per process and thread
-  local kind=$1 archive="$data/$1-16000.tgz" work loader
+  local kind=$1 archive="$data/$1-16000.tgz" work loader run
   work=$(mktemp -d)
   ensure_archive "$archive" --sizes "$kind" --images 16000
+  local runs="1:. 2:." side
+  [ -n "${BASE:-}" ] && runs="0:. 1:$BASE 1:. 2:$BASE 2:."  # interleaved after a first run
+  for run in $runs; do
+    side=${run#*:} run=${run%%:*}
+    echo "== start $run, tree $side"
+    python3 $side/$here/probe_start.py --archive "$archive" --decode ${DECODE:-cuda} \
+      --out "$work/start-$kind-$run.json" 2>&1 | grep -v "$quiet"
+  done
+  [ "${SPY:-0}" = 1 ] || return 0
   loader="$here/bench.py --archive $archive --shards 0 --models= --recipes loader --decode cuda
     --warmup 10 --steps 20 --max-seconds 2"
-  python3 $loader --out "$work/plain.json" 2>&1 | grep -a 'loader alone' | head -1 \
-    | sed 's/^/first: /'
   PATH="$PWD/.cache/site/bin:$PATH" python3 $loader --spy "$work/spy" \
     --spy-start "${SPY_SECONDS:-8}" --out "$work/spied.json" 2>&1 \
-    | grep -a 'loader alone\|py-spy' | head -2 | sed 's/^/second, spied: /'
+    | grep -a 'loader alone\|py-spy' | head -2 | sed 's/^/spied: /'
   python3 $here/summarize_stacks.py "$work/spy"/stacks-*.txt --top 12
   gzip -c "$work/spy"/stacks-*.txt > "$out/stacks-start-$kind.txt.gz"
 }
