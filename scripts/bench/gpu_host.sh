@@ -33,7 +33,8 @@
 #                                                    # processes spend their time (py-spy), ~2 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR start [photos|fixed]  # what the loader's first
 #                                 # batch waits for: a timeline of its start (SPY=1: and
-#                                 # py-spy over it), ~1 min
+#                                 # py-spy over it), ~1 min; PYC=1 (any part): .pyc files
+#                                 # written first, as a user's install has them
 #   bash scripts/bench/gpu_host.sh OUT_DIR profile [photos|fixed]  # ResNet-18's steps traced
 #                                 # with its data on the GPU and fed by one lane and two, ~3 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR suspects  # what slows ResNet-18's training thread
@@ -78,6 +79,15 @@ if compgen -G ".whl/*.whl" > /dev/null; then
   export PYTHONPATH="$PWD/.cache/site"
 fi
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
+if [ "${PYC:-0}" = 1 ]; then
+  # The host runs Python without writing bytecode (`python3 -B` in its children) and its
+  # packages carry no .pyc: every process compiles numpy and ours anew (~0.6-0.9 s of a worker's
+  # start against ~0.2 s with .pyc, as a user's pip install leaves them). PYC=1 writes them
+  # first, so that a start is timed as a user's would be (results/2026-11-27-h200-start).
+  python3 -m compileall -q -j 0 "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+    imageloader scripts $([ -d .cache/site ] && echo .cache/site) > /dev/null 2>&1 \
+    || true  # some packages ship sources for other Pythons (torch's py312_intrinsics.py on 3.11)
+fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, torchvision, os; print('torch', torch.__version__, 'torchvision', torchvision.__version__, 'cores', os.cpu_count())"
 # The cores as the guest sees them (a VM may hide hyperthreads): rank rates depend on them.
