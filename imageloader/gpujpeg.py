@@ -173,6 +173,9 @@ class NvImageCodecJpeg:
             color_spec=nv.ColorSpec.GRAY if gray else nv.ColorSpec.SRGB,
             sample_format=nv.SampleFormat.P_Y if gray else nv.SampleFormat.P_RGB)
         self.kept: list = []
+        # Set where a probe found no hardware JPEG engines (_preferred_nvimgcodec), so that
+        # `lanes` does not probe again
+        self.without_engines = False
         self._fallback = None  # engine "hw": every backend, for what the engines refuse
         # One C call per batch (nvbatch.py) where it builds, unless one_call=False; else the
         # Python API, decoding into kept images.
@@ -534,10 +537,12 @@ def lanes(preferred: JpegDecoder, spec: int | str | None = None,
         if spec not in (None, 1):
             log.info("imageloader: %s decodes in one lane", preferred.name)
         return [preferred]
-    # The preferred decoder is the engines' own where the GPU has them (`available`): no
-    # second probe, no second decoder.
-    probed = preferred if preferred.engine == "hw" else \
-        _engines_decoder(preferred.device, preferred.mode)
+    # The preferred decoder is the engines' own where the GPU has them (`available`), or
+    # says the probe found none: no second probe, no second decoder.
+    if preferred.engine == "hw" or preferred.without_engines:
+        probed = preferred if preferred.engine == "hw" else None
+    else:
+        probed = _engines_decoder(preferred.device, preferred.mode)
     made = []
     for lane in _lane_kinds(spec, probed is not None):
         decoders = []
@@ -606,11 +611,12 @@ def _preferred_nvimgcodec(device: torch.device, mode: str) -> NvImageCodecJpeg:
     has them (the default lanes are theirs), else nvImageCodec's choice among its backends.
     One decoder made, not two: each costs ~0.5 s of a loader's start and its GPU memory, and
     the engines' first decode (the probe) ~1.3 s more (H200, probe_start.py, 2026-11-27)."""
-    if device.type == "cuda":
-        engines = _engines_decoder(device, mode)
-        if engines is not None:
-            return engines
-    return NvImageCodecJpeg(device, mode)
+    engines = _engines_decoder(device, mode) if device.type == "cuda" else None
+    if engines is not None:
+        return engines
+    decoder = NvImageCodecJpeg(device, mode)
+    decoder.without_engines = device.type == "cuda"
+    return decoder
 
 
 def _engines_decoder(device: torch.device, mode: str) -> NvImageCodecJpeg | None:

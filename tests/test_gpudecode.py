@@ -638,12 +638,14 @@ def test_the_preferred_nvimgcodec_decoder_is_the_engines_probe_and_lanes_reuse_i
         monkeypatch):
     """Where the GPU has JPEG engines, the first lane's decoder is the one the probe made:
     one decoder and one probe for the default lanes (each decoder made cost ~0.5 s of the
-    start, the probe ~1.3 s); without engines, nvImageCodec's choice of backends."""
+    start, the probe ~1.3 s); without engines, nvImageCodec's choice of backends, and the
+    lanes do not probe a second time."""
     from imageloader import gpujpeg
     made, probes = [], []
 
     def fake_init(self, device, mode, threads=None, engine="all", **kwargs):
         self.device, self.mode, self.engine, self.threads = device, mode, engine, threads
+        self.without_engines = False
         made.append(engine)
     monkeypatch.setattr(NvImageCodecJpeg, "__init__", fake_init)
     cuda = torch.device("cuda", 0)
@@ -664,6 +666,7 @@ def test_the_preferred_nvimgcodec_decoder_is_the_engines_probe_and_lanes_reuse_i
     preferred = gpujpeg._preferred_nvimgcodec(cuda, "RGB")
     assert preferred.engine == "all" and made == ["all"]
     assert [lane.engine for lane in gpujpeg.lanes(preferred)] == ["all"]
+    assert len(probes) == 1  # the lanes knew: no second probe on a GPU without engines
 
 
 def varied_jpegs() -> list[bytes]:
