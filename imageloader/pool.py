@@ -62,9 +62,10 @@ class BufferPool:
         self._segments: list[shared_memory.SharedMemory] = []
         self._registered: list[int] = []
         self._unpinned: list[torch.Tensor] = []  # shared buffers waiting for pin()
-        self._pin_later = pin_later
         self._lock = threading.Lock()
         self.buffers = [self._make(slot, shared) for slot in range(slots)]
+        if not pin_later:
+            self.pin()
         self._free = collections.deque(self.buffers)
         self._pending: collections.deque[HostBatch] = collections.deque()
         self.closed = False
@@ -83,8 +84,6 @@ class BufferPool:
                                                  count=self._nbytes))
             if self.pin_device is not None:
                 self._unpinned.append(raw)
-                if not self._pin_later:
-                    self.pin()
         else:
             # Zeroed, as shared memory comes from the OS: a buffer's fields (the CPU share the
             # packers read, lengths, counts) must not start as a previous allocation's bytes.

@@ -499,8 +499,8 @@ start() {  # KIND: what the loader's first batch waits for (3.2-5.1 s on an H200
   # (holding probe_start.py) interleaved, after one untimed run; with SPY=1 then the loader
   # alone with py-spy over its start (bench.py --spy-start SPY_SECONDS, 8), whose stacks
   # summarize_stacks.py sums per process and thread
-  local kind=$1 archive="$data/$1-16000.tgz" work loader run
-  work=$(mktemp -d)
+  local kind=${1:-photos} archive work loader run
+  archive="$data/$kind-16000.tgz" work=$(mktemp -d)
   ensure_archive "$archive" --sizes "$kind" --images 16000
   local runs="1:. 2:." side
   [ -n "${BASE:-}" ] && runs="0:. 1:$BASE 1:. 2:$BASE 2:."  # interleaved after a first run
