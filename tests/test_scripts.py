@@ -732,6 +732,12 @@ def test_timed_training_counts_the_waits_at_epoch_starts_apart(monkeypatch):
     assert at_starts >= 2 * 0.05 and elsewhere >= 6 * 0.01  # sleeps last at least so long
     assert bench.at_epoch_starts_text(row).endswith(" at 2 epoch starts)")  # both tables say it
     assert bench.at_epoch_starts_text({"data_wait_pct": 1.0}) == ""  # rows without epochs
+    # the 6 mid-epoch steps each waited 10 ms or more: all over 5 ms, all of that wait
+    assert row["long_waits_pct_of_steps"] == 100 and row["long_waits_pct_of_wait"] == 100
+    assert 10 <= row["wait_p50_ms"] <= row["wait_p90_ms"] <= row["wait_max_ms"]
+    spread = bench.wait_spread([0.0001] * 9 + [0.0099])
+    assert spread["long_waits_pct_of_steps"] == 10 and round(spread["long_waits_pct_of_wait"]) == 92
+    assert spread["wait_p50_ms"] == 0.1 and spread["wait_max_ms"] == 9.9
 
 
 def test_probe_start_times_each_step_of_a_start_in_order(monkeypatch, tmp_path):
@@ -744,8 +750,13 @@ def test_probe_start_times_each_step_of_a_start_in_order(monkeypatch, tmp_path):
                                                  for k in range(24)])
     make_pool = loader_module.ImageLoader._make_pool
     result = probe.main(script_args(probe, "--archive", archive, "--decode", "cpu",
-                                    "--workers", 1, "--batch-size", 8))
+                                    "--workers", 1, "--batch-size", 8, "--epochs", 2))
     assert result["images"] == 24 and result["decode"] == "cpu (Pillow)"
+    assert len(result["epochs"]) == 2
+    for epoch in result["epochs"]:  # three batches: three tenths that hold a batch
+        assert len(epoch["img_per_s_by_tenths"]) == 3 and min(epoch["img_per_s_by_tenths"]) > 0
+    nexts = [c for c in result["calls"] if c["what"] == "EpochIterator.__next__"]
+    assert sum(c["calls"] for c in nexts) == 2 * 4  # each epoch: 3 batches, then its end
     steps = [e["what"] for e in result["events"]]
     first = {what: steps.index(what) for what in reversed(steps)}
     assert first["ImageLoader._make_pool"] < first["ImageLoader._make_producer"] \

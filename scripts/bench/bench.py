@@ -189,6 +189,7 @@ def timed_training(trainer, batches, args, label: str) -> dict:
     it = iter(batches)
     wait = at_epoch_starts = 0.0
     images_seen = epoch_starts = 0
+    mid_epoch: list[float] = []  # each step's wait but at epoch starts: many short or few long?
     t_start = None
     for i in range(args.warmup + args.steps):
         t0 = time.perf_counter()
@@ -200,6 +201,8 @@ def timed_training(trainer, batches, args, label: str) -> dict:
             if getattr(it, "starts_epoch", False):
                 epoch_starts += 1
                 at_epoch_starts += waited
+            else:
+                mid_epoch.append(waited)
         trainer.step(images, labels)
         if i == args.warmup - 1:
             torch.cuda.synchronize()  # the timed region starts with an idle GPU
@@ -211,10 +214,38 @@ def timed_training(trainer, batches, args, label: str) -> dict:
     result = {"recipe": label, "img_per_s": images_seen / seconds, "seconds": seconds,
               "images": images_seen, "data_wait_pct": 100 * wait / seconds,
               "epoch_starts": epoch_starts,
-              "data_wait_at_epoch_starts_pct": 100 * at_epoch_starts / seconds}
+              "data_wait_at_epoch_starts_pct": 100 * at_epoch_starts / seconds,
+              **wait_spread(mid_epoch)}
     print(f"{label:32s} {result['img_per_s']:9.0f} img/s  data-wait "
-          f"{result['data_wait_pct']:5.1f}%{at_epoch_starts_text(result)}", flush=True)
+          f"{result['data_wait_pct']:5.1f}%{at_epoch_starts_text(result)}{wait_spread_text(result)}",
+          flush=True)
     return result
+
+
+LONG_WAIT_S = 0.005  # a step that waited longer found no batch ready (a ready one takes ~0.1 ms)
+
+
+def wait_spread(waits: list[float]) -> dict:
+    """How the waits between epoch starts spread: median and 90th percentile, and the steps
+    that waited over LONG_WAIT_S with their part of those waits. Many short waits are the
+    cost of handing a batch over; few long ones, a loader that fell behind."""
+    if not waits:
+        return {}
+    ordered, total = sorted(waits), sum(waits)
+    long = [w for w in waits if w > LONG_WAIT_S]
+    return {"wait_p50_ms": 1e3 * ordered[len(ordered) // 2],
+            "wait_p90_ms": 1e3 * ordered[int(0.9 * (len(ordered) - 1))],
+            "wait_max_ms": 1e3 * ordered[-1],
+            "long_waits_pct_of_steps": 100 * len(long) / len(waits),
+            "long_waits_pct_of_wait": 100 * sum(long) / total if total else 0.0}
+
+
+def wait_spread_text(row: dict) -> str:
+    if "wait_p50_ms" not in row:
+        return ""
+    return (f"; mid-epoch waits p50 {row['wait_p50_ms']:.2f} p90 {row['wait_p90_ms']:.2f} max "
+            f"{row['wait_max_ms']:.0f} ms, {row['long_waits_pct_of_steps']:.0f}% of steps over "
+            f"{1e3 * LONG_WAIT_S:.0f} ms hold {row['long_waits_pct_of_wait']:.0f}% of it")
 
 
 def at_epoch_starts_text(row: dict) -> str:

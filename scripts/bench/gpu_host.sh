@@ -498,17 +498,18 @@ start() {  # KIND: what the loader's first batch waits for (3.2-5.1 s on an H200
   # nvbatch's C and compiles the crop kernel, both cached on disk); BASE: another tree's
   # (holding probe_start.py) interleaved, after one untimed run; with SPY=1 then the loader
   # alone with py-spy over its start (bench.py --spy-start SPY_SECONDS, 8), whose stacks
-  # summarize_stacks.py sums per process and thread
-  local kind=${1:-photos} archive work loader run
-  archive="$data/$kind-16000.tgz" work=$(mktemp -d)
-  ensure_archive "$archive" --sizes "$kind" --images 16000
+  # summarize_stacks.py sums per process and thread. IMAGES: the archive's (16000); EPOCHS:
+  # each run's (1; later ones say what the first epoch loses against them)
+  local kind=${1:-photos} archive work loader run images=${IMAGES:-16000}
+  archive="$data/$kind-$images.tgz" work=$(mktemp -d)
+  ensure_archive "$archive" --sizes "$kind" --images "$images"
   local runs="1:. 2:." side
   [ -n "${BASE:-}" ] && runs="0:. 1:$BASE 1:. 2:$BASE 2:."  # interleaved after a first run
   for run in $runs; do
     side=${run#*:} run=${run%%:*}
     echo "== start $run, tree $side"
     python3 $side/$here/probe_start.py --archive "$archive" --decode ${DECODE:-cuda} \
-      --out "$work/start-$kind-$run.json" 2>&1 | grep -v "$quiet"
+      --epochs ${EPOCHS:-1} --out "$work/start-$kind-$run.json" 2>&1 | grep -v "$quiet"
   done
   [ "${SPY:-0}" = 1 ] || return 0
   loader="$here/bench.py --archive $archive --shards 0 --models= --recipes loader --decode cuda
