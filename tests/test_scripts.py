@@ -735,6 +735,14 @@ def test_timed_training_counts_the_waits_at_epoch_starts_apart(monkeypatch):
     # the 6 mid-epoch steps each waited 10 ms or more: all over 5 ms, all of that wait
     assert row["long_waits_pct_of_steps"] == 100 and row["long_waits_pct_of_wait"] == 100
     assert 10 <= row["wait_p50_ms"] <= row["wait_p90_ms"] <= row["wait_max_ms"]
+    # --time-calls: every call of the named functions timed in the row, then unwrapped
+    args.time_calls = "time:sleep"
+    sleep = time.sleep
+    row = bench.timed_training(Trainer(), bench.forever(SlowStarts()), args, "timed calls")
+    assert time.sleep is sleep
+    (timed,) = row["calls"]
+    assert timed["what"] == "sleep" and timed["calls"] >= 9  # the untimed first batch's too
+    assert 10 <= 1e3 * timed["median_rest_s"] <= 1e3 * timed["p90_rest_s"] < 60
     spread = bench.wait_spread([0.0001] * 9 + [0.0099])
     assert spread["long_waits_pct_of_steps"] == 10 and round(spread["long_waits_pct_of_wait"]) == 92
     assert spread["wait_p50_ms"] == 0.1 and spread["wait_max_ms"] == 9.9

@@ -94,6 +94,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="bench-out/results.json")
     p.add_argument("--plot", default=None, help="PNG chart path (needs matplotlib)")
     p.add_argument("--trace", default=None, help="write a profiler trace of ours here")
+    p.add_argument("--time-calls", default=None, metavar="MODULE:NAME,...",
+                   help="time every call of these functions during ours' training rows (per "
+                        "thread: median and 90th percentile, in the row), e.g. "
+                        "imageloader.prefetch:Prefetcher._hand_over: where a data-wait goes")
     p.add_argument("--switch-interval", type=float, default=None,
                    help="sys.setswitchinterval for this process (Python's default: 0.005 s): "
                         "how long a thread holding the GIL may keep it from one that waits")
@@ -184,8 +188,53 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
 
 
+def call_timer():
+    """probe_start.py's wrappers, which time every call of a function per thread."""
+    spec = importlib.util.spec_from_file_location(
+        "probe_start", Path(__file__).with_name("probe_start.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def timed_calls(targets: str | None):
+    """(start, finish) around a timed region: finish() gives the calls' rows and a text for
+    the row's line. Nothing is wrapped without `targets`."""
+    if not targets:
+        return (lambda: None), (lambda: ([], ""))
+    timer, originals = call_timer(), []
+
+    def start():
+        timer.DURATIONS.clear()
+        originals.extend(timer.wrap_all([t.split(":", 1) for t in targets.split(",")]))
+
+    def finish():
+        timer.undo(originals)
+        rows = timer.call_summary()
+        return rows, "".join(
+            f"; {r['what'].rpartition('.')[2]} in {r['thread']} p50 "
+            f"{1e3 * (r['median_rest_s'] or 0):.2f} p90 {1e3 * (r['p90_rest_s'] or 0):.2f} ms"
+            for r in rows)
+    return start, finish
+
+
 def timed_training(trainer, batches, args, label: str) -> dict:
     """img/s over `steps` after `warmup`, and host time spent waiting for batches."""
+    start_timing_calls, calls_timed = timed_calls(getattr(args, "time_calls", None))
+    start_timing_calls()
+    try:
+        result = _timed_training(trainer, batches, args, label)
+    finally:
+        calls, text = calls_timed()
+    if calls:
+        result["calls"] = calls
+    print(f"{label:32s} {result['img_per_s']:9.0f} img/s  data-wait "
+          f"{result['data_wait_pct']:5.1f}%{at_epoch_starts_text(result)}"
+          f"{wait_spread_text(result)}{text}", flush=True)
+    return result
+
+
+def _timed_training(trainer, batches, args, label: str) -> dict:
     it = iter(batches)
     wait = at_epoch_starts = 0.0
     images_seen = epoch_starts = 0
@@ -216,9 +265,6 @@ def timed_training(trainer, batches, args, label: str) -> dict:
               "epoch_starts": epoch_starts,
               "data_wait_at_epoch_starts_pct": 100 * at_epoch_starts / seconds,
               **wait_spread(mid_epoch)}
-    print(f"{label:32s} {result['img_per_s']:9.0f} img/s  data-wait "
-          f"{result['data_wait_pct']:5.1f}%{at_epoch_starts_text(result)}{wait_spread_text(result)}",
-          flush=True)
     return result
 
 

@@ -73,10 +73,11 @@ def recording(what: str, fn):
     return wrapper
 
 
-def wrap_all() -> list[tuple[object, str, object]]:
-    """Wrap WRAPPED; returns what undo() needs to put the originals back."""
+def wrap_all(targets=WRAPPED) -> list[tuple[object, str, object]]:
+    """Wrap each (module, qualified name) of `targets`; returns what undo() needs to put the
+    originals back."""
     originals = []
-    for module_name, qualname in WRAPPED:
+    for module_name, qualname in targets:
         module = importlib.import_module(module_name)
         owner, _, name = qualname.rpartition(".")
         holder = getattr(module, owner) if owner else module
@@ -92,14 +93,15 @@ def undo(originals) -> None:
 
 
 def call_summary() -> list[dict]:
-    """Per wrapped function and thread: calls, total seconds, the first three, the median of
-    the rest and the slowest call."""
+    """Per wrapped function and thread: calls, total seconds, the first three, the median and
+    90th percentile of the rest and the slowest call."""
     rows = []
     for (what, thread), seconds in sorted(DURATIONS.items()):
         rest = sorted(seconds[FIRST_CALLS:])
         rows.append(dict(what=what, thread=thread, calls=len(seconds), total_s=sum(seconds),
                          first_s=seconds[:FIRST_CALLS],
                          median_rest_s=rest[len(rest) // 2] if rest else None,
+                         p90_rest_s=rest[int(0.9 * (len(rest) - 1))] if rest else None,
                          slowest_s=max(seconds)))
     return rows
 
