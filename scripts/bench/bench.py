@@ -219,7 +219,10 @@ def timed_calls(targets: str | None):
 
 
 def timed_training(trainer, batches, args, label: str) -> dict:
-    """img/s over `steps` after `warmup`, and host time spent waiting for batches."""
+    """img/s over `steps` after `warmup`, and host time spent waiting for batches. Under a
+    GPU-bound model that time includes handing a ready batch over, whose enqueues on the
+    consumer's stream wait for room in the GPU's full queue (ResNet-50: ~1 ms a step,
+    results/2026-11-27-h200-waits): how the waits spread tells the two apart."""
     start_timing_calls, calls_timed = timed_calls(getattr(args, "time_calls", None))
     start_timing_calls()
     try:
