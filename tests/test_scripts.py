@@ -735,6 +735,13 @@ def test_timed_training_counts_the_waits_at_epoch_starts_apart(monkeypatch):
     # the 6 mid-epoch steps each waited 10 ms or more: all over 5 ms, all of that wait
     assert row["long_waits_pct_of_steps"] == 100 and row["long_waits_pct_of_wait"] == 100
     assert 10 <= row["wait_p50_ms"] <= row["wait_p90_ms"] <= row["wait_max_ms"]
+    # --sync-steps: the GPU waited for after every step (here: counted)
+    synced = []
+    monkeypatch.setattr(bench.torch.cuda, "synchronize", lambda *a: synced.append(1))
+    args.sync_steps = True
+    bench.timed_training(Trainer(), bench.forever(SlowStarts()), args, "synced")
+    assert len(synced) == 9 + 1 + 1  # each of the 9 steps, the warm-up's end, the region's end
+    args.sync_steps = False
     # --time-calls: every call of the named functions timed in the row, then unwrapped
     args.time_calls = "time:sleep"
     sleep = time.sleep

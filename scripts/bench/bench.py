@@ -94,6 +94,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="bench-out/results.json")
     p.add_argument("--plot", default=None, help="PNG chart path (needs matplotlib)")
     p.add_argument("--trace", default=None, help="write a profiler trace of ours here")
+    p.add_argument("--sync-steps", action="store_true",
+                   help="wait for the GPU after every training step (a diagnostic: the GPU's "
+                        "queue is then empty when a batch is taken, so what the hand-over "
+                        "costs without back-pressure shows; the rate is lower)")
     p.add_argument("--time-calls", default=None, metavar="MODULE:NAME,...",
                    help="time every call of these functions during ours' training rows (per "
                         "thread: median and 90th percentile, in the row), e.g. "
@@ -256,6 +260,8 @@ def _timed_training(trainer, batches, args, label: str) -> dict:
             else:
                 mid_epoch.append(waited)
         trainer.step(images, labels)
+        if getattr(args, "sync_steps", False):
+            torch.cuda.synchronize()  # --sync-steps: the next batch is taken with an idle GPU
         if i == args.warmup - 1:
             torch.cuda.synchronize()  # the timed region starts with an idle GPU
             t_start = time.perf_counter()
