@@ -23,6 +23,7 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR packers   # auto vs cuda with 8 and 16 packers, ~4 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR share     # the GPU or the host: what holds ResNet-18
 #                                                    # back when the loader feeds it? ~4 min
+#                                                    # (ARCH=resnet50: ResNet-50's)
 #   bash scripts/bench/gpu_host.sh OUT_DIR ddp fixed  # 2-GPU host: why ResNet-18 loses more
 #   bash scripts/bench/gpu_host.sh OUT_DIR ddp photos # per GPU beside a second rank, ~9 min each
 #   bash scripts/bench/gpu_host.sh OUT_DIR host      # 2-GPU host: what two runs take from each
@@ -33,8 +34,9 @@
 #                                                    # processes spend their time (py-spy), ~2 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR start [photos|fixed]  # what the loader's first
 #                                 # batch waits for: a timeline of its start (SPY=1: and
-#                                 # py-spy over it), ~1 min; PYC=1 (any part): .pyc files
-#                                 # written first, as a user's install has them
+#                                 # py-spy over it), ~1 min; IMAGES=64000 EPOCHS=2: a long
+#                                 # first epoch against the next; PYC=1 (any part): .pyc
+#                                 # files written first, as a user's install has them
 #   bash scripts/bench/gpu_host.sh OUT_DIR profile [photos|fixed]  # ResNet-18's steps traced
 #                                 # with its data on the GPU and fed by one lane and two, ~3 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR suspects  # what slows ResNet-18's training thread
@@ -329,10 +331,12 @@ threads() {  # the GIL, busy cores and the loader's threads against ResNet-18's 
 }
 
 share() {  # probe_gpu_share.py: the loader beside a graphed ResNet-18 step (the GPU shared,
-  # the host idle), feeding it graphed and eager; two split lanes (the default) and one
+  # the host idle), feeding it graphed and eager; the default lanes and one split lane (LANES);
+  # ARCH=resnet50: the same for ResNet-50, whose loss is GPU time (results/2026-11-27-h200-waits)
   local archive="$data/photos-16000.tgz"
   ensure_archive "$archive" --sizes photos --images 16000
   python3 $here/probe_gpu_share.py --archive "$archive" --gpu-lanes "${LANES:-auto,hw|cuda:8}" \
+    --model "${ARCH:-resnet18}" \
     --out "$out/gpu-share.json" 2>&1 | grep --line-buffered -v "$quiet" \
     | tee "$out/gpu-share.log" | tail -20
 }
