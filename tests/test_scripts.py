@@ -779,3 +779,47 @@ def test_probe_start_times_each_step_of_a_start_in_order(monkeypatch, tmp_path):
     assert steps.count("EpochIterator.__next__") == 3  # the first calls only
     assert loader_module.ImageLoader._make_pool is make_pool
     assert result["iter_to_first_batch_s"] > 0 and result["first_epoch_img_per_s"] > 0
+
+
+def _touch_shared(name: str, size: int, attached, touch, touched, done) -> None:
+    from multiprocessing import shared_memory
+    segment = shared_memory.SharedMemory(name=name)
+    attached.set()
+    touch.wait(60)
+    segment.buf[:size] = b"\1" * size  # every page resident in this process too
+    touched.set()
+    done.wait(60)
+    segment.close()
+
+
+def test_host_memory_counts_shared_pages_once_in_pss_and_per_process_in_rss(monkeypatch):
+    """bench.host_memory_gb: the loader's shared buffers, mapped by the training process and
+    its children, count once per process in RSS (an upper bound) and once in all in PSS."""
+    pytest.importorskip("psutil")
+    import multiprocessing as mp
+    from multiprocessing import shared_memory
+    bench = load_script("bench", monkeypatch)
+    size = 256 << 20
+    segment = shared_memory.SharedMemory(create=True, size=size)
+    segment.buf[:size] = b"\1" * size  # resident here first
+    ctx = mp.get_context("spawn")
+    attached, touch, touched, done = (ctx.Event() for _ in range(4))
+    child = ctx.Process(target=_touch_shared,
+                        args=(segment.name, size, attached, touch, touched, done))
+    try:
+        child.start()
+        assert attached.wait(60)
+        before = bench.host_memory_gb()
+        if "host_pss_gb" not in before:
+            pytest.skip("no PSS on this system")
+        touch.set()  # the child maps the same pages into its own memory
+        assert touched.wait(60)
+        after = bench.host_memory_gb()
+        shared = size / 1e9
+        assert after["host_rss_gb"] - before["host_rss_gb"] >= 0.9 * shared  # counted again
+        assert abs(after["host_pss_gb"] - before["host_pss_gb"]) <= 0.1 * shared  # not again
+    finally:
+        done.set()
+        child.join(30)
+        segment.close()
+        segment.unlink()

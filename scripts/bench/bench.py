@@ -439,16 +439,26 @@ def trace_steps(trainer, loader, path: str, steps: int = 6) -> None:
 
 def memory_in_use() -> dict:
     """Device memory in use on this GPU (all allocators: torch's and nvImageCodec's), and
-    resident host memory of this process and its children (psutil, if installed), in GB.
-    Shared memory that several processes map counts once per process: an upper bound."""
+    host memory of this process and its children (host_memory_gb), in GB."""
     free, total = torch.cuda.mem_get_info()
-    out = {"gpu_used_gb": round((total - free) / 1e9, 2)}
+    return {"gpu_used_gb": round((total - free) / 1e9, 2), **host_memory_gb()}
+
+
+def host_memory_gb() -> dict:
+    """Resident host memory of this process and its children (psutil; empty without it), GB.
+    `host_rss_gb` counts shared memory (the batch buffers, the byte rings) once per process
+    that maps it: an upper bound. `host_pss_gb` divides each shared page among the processes
+    that map it, so the sum is what they hold together (Linux)."""
     try:
         import psutil
         me = psutil.Process()
-        out["host_rss_gb"] = round(sum(p.memory_info().rss for p in [me, *me.children(True)])
-                                   / 1e9, 2)
+        procs = [me, *me.children(True)]
+        out = {"host_rss_gb": round(sum(p.memory_info().rss for p in procs) / 1e9, 2)}
     except Exception:  # not installed, or a child gone meanwhile
+        return {}
+    try:
+        out["host_pss_gb"] = round(sum(p.memory_full_info().pss for p in procs) / 1e9, 2)
+    except Exception:  # no PSS on this system, or a child gone meanwhile
         pass
     return out
 
