@@ -539,8 +539,10 @@ def lanes(preferred: JpegDecoder, spec: int | str | None = None,
         return [preferred]
     # The preferred decoder is the engines' own where the GPU has them (`available`), or
     # says the probe found none: no second probe, no second decoder.
-    if preferred.engine == "hw" or preferred.without_engines:
-        probed = preferred if preferred.engine == "hw" else None
+    if preferred.engine == "hw":
+        probed = preferred
+    elif preferred.without_engines:
+        probed = None
     else:
         probed = _engines_decoder(preferred.device, preferred.mode)
     made = []
