@@ -15,6 +15,7 @@ Results go to a JSON file with device, cores and versions, and optionally a PNG 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import dataclasses
 import importlib.util
@@ -201,25 +202,29 @@ def call_timer():
     return module
 
 
+@contextlib.contextmanager
 def timed_calls(targets: str | None):
-    """(start, finish) around a timed region: finish() gives the calls' rows and a text for
-    the row's line. Nothing is wrapped without `targets`."""
+    """Every call of `targets` ("module:qualified.name,...") timed inside the block; the list
+    it yields holds their rows (probe_start.call_summary) once the block ends. Nothing is
+    wrapped without `targets`."""
+    rows: list[dict] = []
     if not targets:
-        return (lambda: None), (lambda: ([], ""))
-    timer, originals = call_timer(), []
-
-    def start():
-        timer.DURATIONS.clear()
-        originals.extend(timer.wrap_all([t.split(":", 1) for t in targets.split(",")]))
-
-    def finish():
+        yield rows
+        return
+    timer = call_timer()
+    timer.DURATIONS.clear()
+    originals = timer.wrap_all([t.split(":", 1) for t in targets.split(",")])
+    try:
+        yield rows
+    finally:
         timer.undo(originals)
-        rows = timer.call_summary()
-        return rows, "".join(
-            f"; {r['what'].rpartition('.')[2]} in {r['thread']} p50 "
-            f"{1e3 * (r['median_rest_s'] or 0):.2f} p90 {1e3 * (r['p90_rest_s'] or 0):.2f} ms"
-            for r in rows)
-    return start, finish
+        rows.extend(timer.call_summary())
+
+
+def calls_text(rows: list[dict]) -> str:
+    return "".join(f"; {r['what'].rpartition('.')[2]} in {r['thread']} p50 "
+                   f"{1e3 * (r['median_rest_s'] or 0):.2f} p90 "
+                   f"{1e3 * (r['p90_rest_s'] or 0):.2f} ms" for r in rows)
 
 
 def timed_training(trainer, batches, args, label: str) -> dict:
@@ -227,17 +232,13 @@ def timed_training(trainer, batches, args, label: str) -> dict:
     GPU-bound model that time includes handing a ready batch over, whose enqueues on the
     consumer's stream wait for room in the GPU's full queue (ResNet-50: ~1 ms a step,
     results/2026-11-27-h200-waits): how the waits spread tells the two apart."""
-    start_timing_calls, calls_timed = timed_calls(getattr(args, "time_calls", None))
-    start_timing_calls()
-    try:
+    with timed_calls(getattr(args, "time_calls", None)) as calls:
         result = _timed_training(trainer, batches, args, label)
-    finally:
-        calls, text = calls_timed()
     if calls:
         result["calls"] = calls
     print(f"{label:32s} {result['img_per_s']:9.0f} img/s  data-wait "
           f"{result['data_wait_pct']:5.1f}%{at_epoch_starts_text(result)}"
-          f"{wait_spread_text(result)}{text}", flush=True)
+          f"{wait_spread_text(result)}{calls_text(calls)}", flush=True)
     return result
 
 
