@@ -124,6 +124,8 @@ def epoch_row(images: int, t_iter: float, arrivals: list[float], ended: float,
               batch_size: int) -> dict:
     first = arrivals[0]
     return {
+        "images": images,
+        "seconds": ended - t_iter,
         "iter_to_first_batch_s": first - t_iter,
         "img_per_s": images / (ended - t_iter),
         "past_first_batch_img_per_s": (images - batch_size) / max(ended - first, 1e-9),
@@ -160,18 +162,19 @@ def main(args) -> dict:
         constructed = now()
         epochs = []
         with loader:
-            for epoch in range(args.epochs):
+            for _ in range(args.epochs):
                 n, arrivals, t_iter = 0, [], now()
                 for images, labels in loader:
                     n += len(labels)
                     arrivals.append(now())
                 if cuda:
                     torch.cuda.synchronize()
-                epochs.append((n, epoch_row(n, t_iter, arrivals, now(), args.batch_size)))
+                epochs.append(epoch_row(n, t_iter, arrivals, now(), args.batch_size))
             name = loader.decode_name
     finally:
         undo(originals)
-    n, first_epoch = epochs[0]
+    first_epoch = epochs[0]
+    n = first_epoch["images"]
     print(f"torch and CUDA ready at {imported:.2f} s; {name}, {n} images")
     for start, end, what, thread in sorted(EVENTS):
         print(f"{start:7.2f} {end:7.2f} {end - start:6.2f}  {what:34s} {thread}")
@@ -187,18 +190,18 @@ def main(args) -> dict:
         "iter_to_first_batch_s": first_epoch["iter_to_first_batch_s"],
         "first_epoch_img_per_s": first_epoch["img_per_s"],
         "first_epoch_with_construction_img_per_s":
-            n / (constructed - t_construct + n / first_epoch["img_per_s"]),
+            n / (constructed - t_construct + first_epoch["seconds"]),
         "past_first_batch_img_per_s": first_epoch["past_first_batch_img_per_s"],
     }
     for key, value in rows.items():
         print(f"{key:40s} {value:10.2f}")
-    for k, (_, row) in enumerate(epochs):
+    for k, row in enumerate(epochs):
         print(f"epoch {k}: {row['img_per_s']:8.0f} img/s from iter(), "
               f"{row['past_first_batch_img_per_s']:8.0f} past its first batch "
               f"({row['iter_to_first_batch_s']:.2f} s); by tenths: "
               + " ".join(f"{r:.0f}" for r in row["img_per_s_by_tenths"]))
     result = {"archive": str(args.archive), "decode": name, "images": n, **rows,
-              "epochs": [row for _, row in epochs], "calls": calls,
+              "epochs": epochs, "calls": calls,
               "events": [dict(start=s, end=e, what=w, thread=t) for s, e, w, t in sorted(EVENTS)]}
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))
