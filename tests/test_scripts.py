@@ -595,6 +595,10 @@ def test_summarize_stacks_splits_each_threads_samples_by_state(monkeypatch):
     assert "reader_main x2 / reader_main (workers.py): 16 samples: python 50%, wait 50%" in text
     assert "60% python             in decode (gpujpeg.py)" in text
     assert "_read (read.py)" not in text and "(1 rows of 1 samples in all not shown" in text
+    # py-spy --gil: one holder a tick, so a row's samples over the ticks is its time holding it
+    held = summarize.format_rows(list(rows.values()), min_share=0.2, ticks=40)
+    assert "reader_main x2 / reader_main (workers.py): 16 samples (held the GIL 40.0% of the " \
+        "window): python 50%, wait 50%" in held
 
 
 def test_summarize_stacks_reads_native_leaves(monkeypatch):
@@ -750,6 +754,16 @@ def test_timed_training_counts_the_waits_at_epoch_starts_apart(monkeypatch):
     (timed,) = row["calls"]
     assert timed["what"] == "sleep" and timed["calls"] >= 9  # the untimed first batch's too
     assert 10 <= 1e3 * timed["median_rest_s"] <= 1e3 * timed["p90_rest_s"] < 60
+    args.time_calls = None
+    # --spy (--spy-gil): py-spy over the timed window only, started after the warm-up
+    spied = []
+    monkeypatch.setattr(bench, "spy_on_this_process",
+                        lambda folder, seconds, tag, gil=False: spied.append(
+                            (folder, seconds, tag, gil, len(synced))) or "spy")
+    monkeypatch.setattr(bench, "end_spy", lambda spy: spied.append((spy, len(synced))))
+    args.spy, args.spy_gil, synced[:] = "stacks", True, []
+    bench.timed_training(Trainer(), bench.forever(SlowStarts()), args, "spied")
+    assert spied == [("stacks", 60, "train-spied", True, 1), ("spy", 2)]
     spread = bench.wait_spread([0.0001] * 9 + [0.0099])
     assert spread["long_waits_pct_of_steps"] == 10 and round(spread["long_waits_pct_of_wait"]) == 92
     assert spread["wait_p50_ms"] == 0.1 and spread["wait_max_ms"] == 9.9

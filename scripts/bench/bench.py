@@ -107,9 +107,12 @@ def get_args_parser() -> argparse.ArgumentParser:
                    help="sys.setswitchinterval for this process (Python's default: 0.005 s): "
                         "how long a thread holding the GIL may keep it from one that waits")
     p.add_argument("--spy", default=None,
-                   help="folder: py-spy's raw stacks of each loader-alone row's timed window "
-                        "(this process and its children; py-spy on PATH), for "
+                   help="folder: py-spy's raw stacks of each loader-alone and training row's "
+                        "timed window (this process and its children; py-spy on PATH), for "
                         "summarize_stacks.py")
+    p.add_argument("--spy-gil", action="store_true",
+                   help="with --spy: sample only the thread holding the GIL at each tick "
+                        "(py-spy --gil): which threads take it from the training thread")
     p.add_argument("--spy-start", type=float, default=None, metavar="SECONDS",
                    help="with --spy: sample the loader's start instead (from before it is made, "
                         "for SECONDS): what its first batch waits for")
@@ -247,7 +250,7 @@ def _timed_training(trainer, batches, args, label: str) -> dict:
     wait = at_epoch_starts = 0.0
     images_seen = epoch_starts = 0
     mid_epoch: list[float] = []  # each step's wait but at epoch starts: many short or few long?
-    t_start = None
+    t_start = spy = None
     for i in range(args.warmup + args.steps):
         t0 = time.perf_counter()
         images, labels = next(it)
@@ -265,11 +268,15 @@ def _timed_training(trainer, batches, args, label: str) -> dict:
             torch.cuda.synchronize()  # --sync-steps: the next batch is taken with an idle GPU
         if i == args.warmup - 1:
             torch.cuda.synchronize()  # the timed region starts with an idle GPU
+            spy = spy_on_this_process(None if getattr(args, "spy_start", None) else
+                                      getattr(args, "spy", None), args.max_seconds,
+                                      f"train-{label}", gil=getattr(args, "spy_gil", False))
             t_start = time.perf_counter()
         if t_start is not None and time.perf_counter() - t_start > args.max_seconds:
             break
     torch.cuda.synchronize()
     seconds = time.perf_counter() - t_start
+    end_spy(spy)
     result = {"recipe": label, "img_per_s": images_seen / seconds, "seconds": seconds,
               "images": images_seen, "data_wait_pct": 100 * wait / seconds,
               "epoch_starts": epoch_starts,
@@ -514,7 +521,8 @@ def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = N
             next(it)
         torch.cuda.synchronize()
         window = min(args.max_seconds, 20)
-        spy = spy_on_this_process(None if args.spy_start else args.spy, window, f"loader-{tag}")
+        spy = spy_on_this_process(None if args.spy_start else args.spy, window, f"loader-{tag}",
+                                  gil=getattr(args, "spy_gil", False))
         cpu0, t0, n = cpu_seconds(), time.perf_counter(), 0
         while time.perf_counter() - t0 < window:
             images, labels = next(it)
@@ -540,11 +548,12 @@ def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = N
             "first_batch_s": first_batch_s, "decoder": decoder, "memory_gb": memory}
 
 
-def spy_on_this_process(folder: str | None, seconds: float, tag: str):
+def spy_on_this_process(folder: str | None, seconds: float, tag: str, gil: bool = False):
     """py-spy sampling this process and its children for the coming `seconds` (None: no
     folder given). py-spy runs as our child; where the kernel's Yama module lets only
     ancestors trace a process (ptrace_scope 1), we first let any process of ours trace us
-    (PR_SET_PTRACER_ANY; without Yama the call fails and nothing needs it)."""
+    (PR_SET_PTRACER_ANY; without Yama the call fails and nothing needs it). `gil`: each tick
+    only the thread holding the GIL (none while it is free), instead of every live thread."""
     if folder is None:
         return None
     os.makedirs(folder, exist_ok=True)
@@ -553,11 +562,15 @@ def spy_on_this_process(folder: str | None, seconds: float, tag: str):
                         + ".txt")
     spy = subprocess.Popen(
         [shutil.which("py-spy") or "py-spy", "record", "--pid", str(os.getpid()),
-         "--subprocesses", "--threads", "--idle", "--nonblocking", "--rate", "50",
+         "--subprocesses", "--threads", "--gil" if gil else "--idle", "--nonblocking",
+         "--rate", str(SPY_RATE),
          "--duration", str(max(1, int(seconds) - 1)), "--format", "raw", "-o", path],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     time.sleep(0.5)  # it finds the processes and their threads before the window starts
     return spy
+
+
+SPY_RATE = 50  # samples a second: a GIL holder's samples / (SPY_RATE x seconds) is its share
 
 
 def end_spy(spy) -> None:

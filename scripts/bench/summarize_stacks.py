@@ -163,9 +163,11 @@ def summarize(lines, top: int = 5) -> list[dict]:
     return rows
 
 
-def format_rows(rows: list[dict], min_share: float = 0.02) -> str:
+def format_rows(rows: list[dict], min_share: float = 0.02, ticks: int | None = None) -> str:
     """Rows with at least `min_share` of the largest row's samples (--nonblocking sampling
-    catches some stacks half-built: they make rows of a few samples each), shares likewise."""
+    catches some stacks half-built: they make rows of a few samples each), shares likewise.
+    `ticks` (stacks of py-spy --gil: one thread or none a tick): each row's samples are also
+    given as a share of them, the part of the window that its threads held the GIL."""
     out = []
     largest = max((row["samples"] for row in rows), default=0)
     hidden = [row for row in rows if row["samples"] < min_share * largest]
@@ -175,8 +177,9 @@ def format_rows(rows: list[dict], min_share: float = 0.02) -> str:
         states = ", ".join(f"{state} {share:.0%}" for state, share in row["states"].items()
                            if share >= min_share)
         many = f" x{row['processes']}" if row["processes"] > 1 else ""
-        out.append(f"{row['process']}{many} / {row['thread']}: {row['samples']} samples: "
-                   f"{states}")
+        held = f" (held the GIL {row['samples'] / ticks:.1%} of the window)" if ticks else ""
+        out.append(f"{row['process']}{many} / {row['thread']}: {row['samples']} samples"
+                   f"{held}: {states}")
         for item in row["doing"]:
             if item["share"] >= min_share:
                 out.append(f"    {item['share']:>5.0%} {item['state']:<18} in {item['in']}")
@@ -193,10 +196,13 @@ def main(argv=None) -> None:
     p.add_argument("--min-share", type=float, default=0.02,
                    help="hide shares below this, and rows with fewer samples than this share "
                         "of the largest row's")
+    p.add_argument("--ticks", type=int, default=None,
+                   help="stacks of py-spy --gil: its rate x the window's seconds; each row's "
+                        "samples are then also shown as the share of the window it held the GIL")
     args = p.parse_args(argv)
     opener = gzip.open if args.stacks.endswith(".gz") else open
     with opener(args.stacks, "rt") as f:
-        print(format_rows(summarize(f, args.top), args.min_share))
+        print(format_rows(summarize(f, args.top), args.min_share, args.ticks))
 
 
 if __name__ == "__main__":
