@@ -452,9 +452,15 @@ class Prefetcher:
                     return
                 if isinstance(job, BaseException):
                     raise job
+                handed = self._hand_over(job)
+                # Only now may a lane take the next item: a lane woken earlier starts its batch
+                # (Python under the GIL: gathering the JPEGs, the crop table; then CUDA calls)
+                # while the hand-over makes its own. ResNet-50's hand-over took 0.9 ms at the
+                # median so, even with the GPU idle (bench.py --sync-steps), and takes 0.18 ms
+                # now (H200, results/2026-11-28-h200-handover).
                 self.backlog.add(-1)
-                room.release()  # handed out: a lane may take the next item
-                yield self._hand_over(job)
+                room.release()
+                yield handed
         finally:
             stop.set()
             patience = 0.0 if stalled else self.stall_timeout
