@@ -97,8 +97,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", default=None, help="write a profiler trace of ours here")
     p.add_argument("--sync-steps", action="store_true",
                    help="wait for the GPU after every training step (a diagnostic: the GPU's "
-                        "queue is then empty when a batch is taken, so what the hand-over "
-                        "costs without back-pressure shows; the rate is lower)")
+                        "queue is then empty when a batch is taken, so a wait is not the host "
+                        "blocked on a full queue; the rate is lower)")
     p.add_argument("--time-calls", default=None, metavar="MODULE:NAME,...",
                    help="time every call of these functions during ours' training rows (per "
                         "thread: median and 90th percentile, in the row), e.g. "
@@ -231,10 +231,9 @@ def calls_text(rows: list[dict]) -> str:
 
 
 def timed_training(trainer, batches, args, label: str) -> dict:
-    """img/s over `steps` after `warmup`, and host time spent waiting for batches. Under a
-    GPU-bound model that time includes handing a ready batch over, whose enqueues on the
-    consumer's stream wait for room in the GPU's full queue (ResNet-50: ~1 ms a step,
-    results/2026-11-27-h200-waits): how the waits spread tells the two apart."""
+    """img/s over `steps` after `warmup`, and host time spent waiting for batches: handing a
+    ready batch over (ResNet-50: 0.18 ms a step at the median, results/2026-11-28-h200-handover)
+    or waiting for a late one. How the waits spread tells the two apart."""
     with timed_calls(getattr(args, "time_calls", None)) as calls:
         result = _timed_training(trainer, batches, args, label)
     if calls:
