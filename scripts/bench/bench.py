@@ -267,9 +267,7 @@ def _timed_training(trainer, batches, args, label: str) -> dict:
             torch.cuda.synchronize()  # --sync-steps: the next batch is taken with an idle GPU
         if i == args.warmup - 1:
             torch.cuda.synchronize()  # the timed region starts with an idle GPU
-            spy = spy_on_this_process(None if getattr(args, "spy_start", None) else
-                                      getattr(args, "spy", None), args.max_seconds,
-                                      f"train-{label}", gil=getattr(args, "spy_gil", False))
+            spy = spy_on_window(args, args.max_seconds, f"train-{label}")
             t_start = time.perf_counter()
         if t_start is not None and time.perf_counter() - t_start > args.max_seconds:
             break
@@ -284,7 +282,7 @@ def _timed_training(trainer, batches, args, label: str) -> dict:
     return result
 
 
-LONG_WAIT_S = 0.005  # a longer wait found no batch ready (handing one over: 0.2-1 ms, H200)
+LONG_WAIT_S = 0.005  # a longer wait found no batch ready (handing one over: ~0.2 ms, H200)
 
 
 def wait_spread(waits: list[float]) -> dict:
@@ -520,8 +518,7 @@ def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = N
             next(it)
         torch.cuda.synchronize()
         window = min(args.max_seconds, 20)
-        spy = spy_on_this_process(None if args.spy_start else args.spy, window, f"loader-{tag}",
-                                  gil=getattr(args, "spy_gil", False))
+        spy = spy_on_window(args, window, f"loader-{tag}")
         cpu0, t0, n = cpu_seconds(), time.perf_counter(), 0
         while time.perf_counter() - t0 < window:
             images, labels = next(it)
@@ -567,6 +564,15 @@ def spy_on_this_process(folder: str | None, seconds: float, tag: str, gil: bool 
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     time.sleep(0.5)  # it finds the processes and their threads before the window starts
     return spy
+
+
+def spy_on_window(args, seconds: float, tag: str):
+    """py-spy over a timed window of `seconds` (--spy, --spy-gil); none with --spy-start, which
+    spies on the start instead. Probes' arguments may lack the options: no spy then."""
+    if getattr(args, "spy_start", None):
+        return None
+    return spy_on_this_process(getattr(args, "spy", None), seconds, tag,
+                               gil=getattr(args, "spy_gil", False))
 
 
 SPY_RATE = 50  # samples a second: a GIL holder's samples / (SPY_RATE x seconds) is its share

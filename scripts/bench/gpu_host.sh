@@ -332,7 +332,8 @@ threads() {  # the GIL, busy cores and the loader's threads against ResNet-18's 
 
 share() {  # probe_gpu_share.py: the loader beside a graphed ResNet-18 step (the GPU shared,
   # the host idle), feeding it graphed and eager; the default lanes and one split lane (LANES);
-  # ARCH=resnet50: the same for ResNet-50, whose loss is GPU time (results/2026-11-27-h200-waits)
+  # ARCH=resnet50: the same for ResNet-50, whose loss is not host time
+  # (results/2026-11-28-h200-handover)
   local archive="$data/photos-16000.tgz"
   ensure_archive "$archive" --sizes photos --images 16000
   python3 $here/probe_gpu_share.py --archive "$archive" --gpu-lanes "${LANES:-auto,hw|cuda:8}" \

@@ -4,7 +4,9 @@
     python scripts/bench/summarize_stacks.py DIR/stacks-*.txt --top 6
 
 bench.py --spy runs `py-spy record --subprocesses --threads --idle --nonblocking --format raw`
-on itself for the loader-alone row's timed window; any py-spy raw file will do (with
+on itself for each loader-alone and training row's timed window (--spy-gil: `--gil` instead of
+`--idle`, only the GIL's holder a tick; then --ticks gives each row's share of the window);
+any py-spy raw file will do (with
 `--native`, GIL waits and native libraries show; py-spy 0.4.3 segfaulted with it on the GPU
 host).
 
