@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 import time
 import warnings
 
 import pytest
+import torch
 
 from conftest import ids, numbered_files, write_archive
 from imageloader import ImageLoader, Options
@@ -46,20 +48,27 @@ def settle(condition, seconds: float = 5.0):
     return condition()
 
 
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device"))]
+
+
 @pytest.mark.timeout(120)
-def test_dropping_a_started_loader_frees_its_processes_and_memory(tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_dropping_a_started_loader_frees_its_processes_and_memory(tmp_path, device):
     """Create, iterate and drop (no close) three times: once, processes went 5 -> 8 -> 11 and
     segments 8 -> 16 -> 24: the finalizer's callback reached the worker pool, which held a
-    bound method of the loader, so the loader was never collected."""
+    bound method of the loader, so the loader was never collected. On CUDA the buffers are
+    page-locked and a prefetch thread copies them: those end with the loader too."""
     path = write_archive(tmp_path / "a.tgz", numbered_files(16))
 
     def start():
-        loader = ImageLoader(path, batch_size=2, size=8, mode="L", device="cpu",
+        loader = ImageLoader(path, batch_size=2, size=8, mode="L", device=device,
                              normalize=False, workers=2)
-        next(iter(loader))
+        images, _ = next(iter(loader))
+        assert images.device.type == device
         return loader
     start().close()  # the first shared memory starts multiprocessing's resource tracker
-    before = own_children()
+    before, threads = own_children(), set(threading.enumerate())
     segments: list[str] = []
     for _ in range(3):
         loader = start()
@@ -70,6 +79,8 @@ def test_dropping_a_started_loader_frees_its_processes_and_memory(tmp_path):
         assert settle(lambda: own_children() == before), \
             f"children left: {sorted(own_children() - before)}"
         assert still_there(segments) == []
+        assert settle(lambda: set(threading.enumerate()) <= threads), \
+            f"threads left: {set(threading.enumerate()) - threads}"
 
 
 @pytest.mark.timeout(60)
