@@ -19,13 +19,15 @@ typedef struct {
     nvimgcodecCodeStream_t* streams;
     nvimgcodecCodeStream_t* regions; /* sub-code streams: a region of streams[i] */
     nvimgcodecImage_t* images;
-    int32_t* parsed;                 /* height, width of streams[i] as bd_parse read them */
+    int32_t* parsed;                 /* PARSED ints per stream as bd_parse read them: height,
+                                      * width, chroma subsampling, colour spec (nvImageCodec's) */
     int on_device;
 } Batcher;
 
 /* bd_decode's answer to sizes or regions that do not fit the parsed JPEGs: decoding would write
  * past the caller's buffers, so nothing is decoded. */
 #define BD_SIZES_MISMATCH (-2)
+#define PARSED 4
 
 void bd_destroy(Batcher* b);
 
@@ -70,7 +72,7 @@ int bd_create(const char* extensions, int device, int backend, int threads, cons
     b->streams = calloc(capacity, sizeof(nvimgcodecCodeStream_t));
     b->regions = calloc(capacity, sizeof(nvimgcodecCodeStream_t));
     b->images = calloc(capacity, sizeof(nvimgcodecImage_t));
-    b->parsed = calloc(2 * (size_t)capacity, sizeof(int32_t));
+    b->parsed = calloc(PARSED * (size_t)capacity, sizeof(int32_t));
     if (!b->streams || !b->regions || !b->images || !b->parsed) {
         bd_destroy(b);
         return -1;
@@ -89,14 +91,14 @@ int bd_reserve(Batcher* b, int capacity) {
     if (regions) b->regions = regions;
     nvimgcodecImage_t* images = realloc(b->images, sizeof(*images) * capacity);
     if (images) b->images = images;
-    int32_t* parsed = realloc(b->parsed, sizeof(*parsed) * 2 * (size_t)capacity);
+    int32_t* parsed = realloc(b->parsed, sizeof(*parsed) * PARSED * (size_t)capacity);
     if (parsed) b->parsed = parsed;
     if (!streams || !regions || !images || !parsed) return -1;
     size_t more = (size_t)(capacity - b->capacity);
     memset(streams + b->capacity, 0, sizeof(*streams) * more);
     memset(regions + b->capacity, 0, sizeof(*regions) * more);
     memset(images + b->capacity, 0, sizeof(*images) * more);
-    memset(parsed + 2 * (size_t)b->capacity, 0, sizeof(*parsed) * 2 * more);
+    memset(parsed + PARSED * (size_t)b->capacity, 0, sizeof(*parsed) * PARSED * more);
     b->capacity = capacity;
     return 0;
 }
@@ -107,7 +109,9 @@ int bd_parse(Batcher* b, const uint64_t* addresses, const int64_t* lengths, int 
              int32_t* sizes) {
     if (n > b->capacity) return -1;
     for (int i = 0; i < n; i++) {
-        sizes[2 * i] = sizes[2 * i + 1] = b->parsed[2 * i] = b->parsed[2 * i + 1] = 0;
+        int32_t* parsed = b->parsed + PARSED * i;
+        sizes[2 * i] = sizes[2 * i + 1] = 0;
+        memset(parsed, 0, sizeof(*parsed) * PARSED);
         const unsigned char* data = (const unsigned char*)(uintptr_t)addresses[i];
         if (nvimgcodecCodeStreamCreateFromHostMem(b->instance, &b->streams[i], data,
                                                   (size_t)lengths[i], NULL)
@@ -117,8 +121,10 @@ int bd_parse(Batcher* b, const uint64_t* addresses, const int64_t* lengths, int 
         zero_info(&info);
         if (nvimgcodecCodeStreamGetImageInfo(b->streams[i], &info) != NVIMGCODEC_STATUS_SUCCESS)
             continue;
-        sizes[2 * i] = b->parsed[2 * i] = (int32_t)info.plane_info[0].height;
-        sizes[2 * i + 1] = b->parsed[2 * i + 1] = (int32_t)info.plane_info[0].width;
+        sizes[2 * i] = parsed[0] = (int32_t)info.plane_info[0].height;
+        sizes[2 * i + 1] = parsed[1] = (int32_t)info.plane_info[0].width;
+        parsed[2] = (int32_t)info.chroma_subsampling;
+        parsed[3] = (int32_t)info.color_spec;
     }
     return 0;
 }
@@ -134,7 +140,7 @@ static int has_region(const int32_t* regions, int i) {
  * bd_parse's sizes; checked here because a wrong size makes the decoder write past the
  * caller's buffer (a1fde3b: sizes read from freed memory did, on photos). */
 static int fits(const Batcher* b, int i, int32_t h, int32_t w, const int32_t* regions) {
-    int32_t height = b->parsed[2 * i], width = b->parsed[2 * i + 1];
+    int32_t height = b->parsed[PARSED * i], width = b->parsed[PARSED * i + 1];
     if (!has_region(regions, i)) return h == height && w == width;
     const int32_t* r = regions + 4 * i;  /* top, left, bottom, right */
     return 0 <= r[0] && r[0] < r[2] && r[2] <= height && 0 <= r[1] && r[1] < r[3]
@@ -163,17 +169,83 @@ static nvimgcodecCodeStream_t stream_of(Batcher* b, int i, const int32_t* region
     return b->regions[i];
 }
 
-/* Decode the n parsed JPEGs (those with sizes) into planar sRGB (channels 3) or grey (1) at
- * outputs[i] (channels x h x w bytes, rows of w; h, w the region's where one is given, see
- * stream_of), ordered on cuda_stream: nvImageCodec waits for the work queued there before
- * writing and makes it wait for the decode after. status[i]: 1 decoded, 0 not (a layout this
- * backend refuses, corrupt data). One call into the decoder. BD_SIZES_MISMATCH, nothing
- * decoded, where a size does not fit its JPEG (fits). */
-int bd_decode(Batcher* b, int n, int channels, const int32_t* sizes, const int32_t* regions,
-              const uint64_t* outputs, void* cuda_stream, int32_t* status) {
+/* The layout of parsed JPEG i: layout[2i] its chroma subsampling, layout[2i+1] its colour
+ * spec (nvimgcodecChromaSubsampling_t, nvimgcodecColorSpec_t; 0, 0 where it did not parse). */
+int bd_layout(Batcher* b, int n, int32_t* layout) {
     if (n > b->capacity) return -1;
-    for (int i = 0; i < n; i++)
-        if (!fits(b, i, sizes[2 * i], sizes[2 * i + 1], regions)) return BD_SIZES_MISMATCH;
+    for (int i = 0; i < n; i++) {
+        layout[2 * i] = b->parsed[PARSED * i + 2];
+        layout[2 * i + 1] = b->parsed[PARSED * i + 3];
+    }
+    return 0;
+}
+
+/* Height and width of the chroma planes that nvJPEG writes for an h x w JPEG with this chroma
+ * subsampling (rounded up, as its MCUs are); 0 for a subsampling the hardware engines refuse. */
+static int chroma_size(int sampling, int32_t h, int32_t w, int32_t* ch, int32_t* cw) {
+    switch (sampling) {
+    case NVIMGCODEC_SAMPLING_444: *ch = h; *cw = w; return 1;
+    case NVIMGCODEC_SAMPLING_422: *ch = h; *cw = (w + 1) / 2; return 1;
+    case NVIMGCODEC_SAMPLING_420: *ch = (h + 1) / 2; *cw = (w + 1) / 2; return 1;
+    case NVIMGCODEC_SAMPLING_440: *ch = (h + 1) / 2; *cw = w; return 1;
+    default: return 0;
+    }
+}
+
+/* Whether output i's chroma planes (chroma[2i], chroma[2i+1]) are what JPEG i, coded in YCbCr,
+ * decodes to: anything else would make the decoder write past the caller's buffer. */
+static int chroma_fits(const Batcher* b, int i, const int32_t* chroma) {
+    const int32_t* parsed = b->parsed + PARSED * i;
+    int32_t ch, cw;
+    return parsed[3] == NVIMGCODEC_COLORSPEC_SYCC
+           && chroma_size(parsed[2], parsed[0], parsed[1], &ch, &cw)
+           && chroma[2 * i] == ch && chroma[2 * i + 1] == cw;
+}
+
+static void set_plane(nvimgcodecImagePlaneInfo_t* plane, uint32_t h, uint32_t w) {
+    plane->struct_type = NVIMGCODEC_STRUCTURE_TYPE_IMAGE_PLANE_INFO;
+    plane->struct_size = sizeof(*plane);
+    plane->width = w;
+    plane->height = h;
+    plane->row_stride = w;
+    plane->num_channels = 1;
+    plane->sample_type = NVIMGCODEC_SAMPLE_DATA_TYPE_UINT8;
+    plane->precision = 8;
+}
+
+/* The output image info of JPEG i: planar sRGB (channels 3) or grey (1), each plane h x w; or,
+ * where chroma is given, planar YCbCr as coded (Y h x w, Cb and Cr chroma[2i] x chroma[2i+1]). */
+static void output_info(const Batcher* b, int i, int channels, uint32_t h, uint32_t w,
+                        const int32_t* chroma, nvimgcodecImageInfo_t* info) {
+    zero_info(info);
+    if (chroma) {
+        info->color_spec = NVIMGCODEC_COLORSPEC_SYCC;
+        info->chroma_subsampling = (nvimgcodecChromaSubsampling_t)b->parsed[PARSED * i + 2];
+        info->sample_format = NVIMGCODEC_SAMPLEFORMAT_P_YUV;
+        info->num_planes = 3;
+        set_plane(&info->plane_info[0], h, w);
+        for (int p = 1; p < 3; p++)
+            set_plane(&info->plane_info[p], (uint32_t)chroma[2 * i], (uint32_t)chroma[2 * i + 1]);
+        return;
+    }
+    info->color_spec = channels == 1 ? NVIMGCODEC_COLORSPEC_GRAY : NVIMGCODEC_COLORSPEC_SRGB;
+    info->chroma_subsampling = channels == 1 ? NVIMGCODEC_SAMPLING_GRAY : NVIMGCODEC_SAMPLING_NONE;
+    info->sample_format = channels == 1 ? NVIMGCODEC_SAMPLEFORMAT_P_Y : NVIMGCODEC_SAMPLEFORMAT_P_RGB;
+    info->num_planes = (uint32_t)channels;
+    for (int p = 0; p < channels; p++) set_plane(&info->plane_info[p], h, w);
+}
+
+/* bd_decode's and bd_decode_yuv's work: chroma NULL for sRGB or grey, else YCbCr planes. */
+static int decode(Batcher* b, int n, int channels, const int32_t* sizes, const int32_t* chroma,
+                  const int32_t* regions, const uint64_t* outputs, void* cuda_stream,
+                  int32_t* status) {
+    if (n > b->capacity) return -1;
+    for (int i = 0; i < n; i++) {
+        if (!sizes[2 * i] || !sizes[2 * i + 1]) continue;  /* not decoded, nothing written */
+        if (!fits(b, i, sizes[2 * i], sizes[2 * i + 1], regions)
+            || (chroma && !chroma_fits(b, i, chroma)))
+            return BD_SIZES_MISMATCH;
+    }
     nvimgcodecCodeStream_t* streams = malloc(sizeof(nvimgcodecCodeStream_t) * (n ? n : 1));
     nvimgcodecImage_t* images = malloc(sizeof(nvimgcodecImage_t) * (n ? n : 1));
     int* which = malloc(sizeof(int) * (n ? n : 1));
@@ -189,24 +261,7 @@ int bd_decode(Batcher* b, int n, int channels, const int32_t* sizes, const int32
         uint32_t h = (uint32_t)sizes[2 * i], w = (uint32_t)sizes[2 * i + 1];
         if (!h || !w) continue;
         nvimgcodecImageInfo_t info;
-        zero_info(&info);
-        info.color_spec = channels == 1 ? NVIMGCODEC_COLORSPEC_GRAY : NVIMGCODEC_COLORSPEC_SRGB;
-        info.chroma_subsampling =
-            channels == 1 ? NVIMGCODEC_SAMPLING_GRAY : NVIMGCODEC_SAMPLING_NONE;
-        info.sample_format =
-            channels == 1 ? NVIMGCODEC_SAMPLEFORMAT_P_Y : NVIMGCODEC_SAMPLEFORMAT_P_RGB;
-        info.num_planes = (uint32_t)channels;
-        for (int p = 0; p < channels; p++) {
-            nvimgcodecImagePlaneInfo_t* plane = &info.plane_info[p];
-            plane->struct_type = NVIMGCODEC_STRUCTURE_TYPE_IMAGE_PLANE_INFO;
-            plane->struct_size = sizeof(*plane);
-            plane->width = w;
-            plane->height = h;
-            plane->row_stride = w;
-            plane->num_channels = 1;
-            plane->sample_type = NVIMGCODEC_SAMPLE_DATA_TYPE_UINT8;
-            plane->precision = 8;
-        }
+        output_info(b, i, channels, h, w, chroma, &info);
         info.buffer = (void*)(uintptr_t)outputs[i];
         info.buffer_kind = b->on_device ? NVIMGCODEC_IMAGE_BUFFER_KIND_STRIDED_DEVICE
                                         : NVIMGCODEC_IMAGE_BUFFER_KIND_STRIDED_HOST;
@@ -241,6 +296,27 @@ int bd_decode(Batcher* b, int n, int channels, const int32_t* sizes, const int32
     free(images);
     free(which);
     return result;
+}
+
+/* Decode the n parsed JPEGs (those with sizes) into planar sRGB (channels 3) or grey (1) at
+ * outputs[i] (channels x h x w bytes, rows of w; h, w the region's where one is given, see
+ * stream_of), ordered on cuda_stream: nvImageCodec waits for the work queued there before
+ * writing and makes it wait for the decode after. status[i]: 1 decoded, 0 not (a layout this
+ * backend refuses, corrupt data). One call into the decoder. BD_SIZES_MISMATCH, nothing
+ * decoded, where a size does not fit its JPEG (fits). */
+int bd_decode(Batcher* b, int n, int channels, const int32_t* sizes, const int32_t* regions,
+              const uint64_t* outputs, void* cuda_stream, int32_t* status) {
+    return decode(b, n, channels, sizes, NULL, regions, outputs, cuda_stream, status);
+}
+
+/* As bd_decode, whole images, but into the JPEGs' own planar YCbCr (no colour conversion, chroma
+ * at its coded resolution): outputs[i] holds Y (h x w) then Cb and Cr (chroma[2i] x
+ * chroma[2i+1] each, as chroma_size gives them). Only JPEGs coded in YCbCr with a subsampling the
+ * engines take; BD_SIZES_MISMATCH where any other is given (a size of 0 x 0 skips one). An
+ * experiment (scripts/bench/probe_yuv.py): the crops do not read this layout. */
+int bd_decode_yuv(Batcher* b, int n, const int32_t* sizes, const int32_t* chroma,
+                  const uint64_t* outputs, void* cuda_stream, int32_t* status) {
+    return decode(b, n, 3, sizes, chroma, NULL, outputs, cuda_stream, status);
 }
 
 void bd_destroy(Batcher* b) {

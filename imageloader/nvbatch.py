@@ -55,6 +55,10 @@ CPU_ONLY_DEVICE = -99999  # NVIMGCODEC_DEVICE_CPU_ONLY
 CUDA_STUB = "typedef struct CUstream_st* cudaStream_t;\n"
 GROWTH = 1.25  # the output buffer grows by this much over what a batch needs
 SIZES_MISMATCH = -2  # bd_decode's BD_SIZES_MISMATCH
+SYCC = 3  # NVIMGCODEC_COLORSPEC_SYCC: a JPEG coded in YCbCr
+# nvimgcodecChromaSubsampling_t -> (rows, columns) of luma per chroma sample, for those the
+# hardware engines take (4:4:4, 4:2:2, 4:2:0, 4:4:0)
+CHROMA_FACTORS = {0: (1, 1), 2: (1, 2), 3: (2, 2), 4: (2, 1)}
 REGIONS_FROM = "IMAGELOADER_REGIONS_FROM"
 # Pixels kept around a crop box in its region: the crops' bilinear samples reach up to one
 # pixel past the box (roi_align's, gpucrop's), so the region gives them what the whole image
@@ -150,6 +154,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.bd_reserve.argtypes = [p, i]
     lib.bd_parse.argtypes = [p, u64, i64, i, i32]
     lib.bd_decode.argtypes = [p, i, i, i32, i32, u64, p, i32]
+    lib.bd_layout.argtypes = [p, i, i32]
+    lib.bd_decode_yuv.argtypes = [p, i, i32, i32, u64, p, i32]
     lib.bd_destroy.argtypes = [p]
     return lib
 
@@ -228,12 +234,7 @@ class BatchDecoder:
         n = len(datas)
         if not n:
             return []
-        if n > self.capacity:
-            self._reserve(n)
-        starts = np.fromiter((d.__array_interface__["data"][0] for d in datas), np.uint64, n)
-        lengths = np.fromiter((d.nbytes for d in datas), np.int64, n)
-        self.lib.bd_parse(self.handle, starts, lengths, n, self.sizes)
-        whole = self.sizes[:n].astype(np.int64)
+        whole = self._parse(datas)
         regions = self._regions(whole, boxes)
         sizes = np.where(regions[:, 2:3] > 0, regions[:, 2:] - regions[:, :2], whole)
         nbytes = self.channels * sizes[:, 0] * sizes[:, 1]
@@ -250,6 +251,55 @@ class BatchDecoder:
         if result:
             raise RuntimeError(f"nvImageCodec's batch decode failed: status {result}")
         return self._images(buffer, addresses, sizes, self.status[:n].astype(bool), regions)
+
+    def decode_yuv(self, datas: list[np.ndarray]) -> list:
+        """Whole JPEGs into their own planar YCbCr, with no colour conversion and chroma at its
+        coded resolution (bd_decode_yuv): per JPEG a (Y, Cb, Cr) of 2-D uint8 tensors viewing
+        the kept buffer, or None where it is not coded in YCbCr with a subsampling in
+        CHROMA_FACTORS, or the backend refused it. An experiment (scripts/bench/probe_yuv.py):
+        how much of the GPU's decoding work is the conversion that `decode` asks for."""
+        n = len(datas)
+        if not n:
+            return []
+        whole = self._parse(datas)
+        layout = np.zeros((n, 2), np.int32)
+        self.lib.bd_layout(self.handle, n, layout)
+        factors = np.array([CHROMA_FACTORS.get(int(s), (0, 0)) for s in layout[:, 0]], np.int64)
+        usable = (layout[:, 1] == SYCC) & (factors[:, 0] > 0) & (whole[:, 0] > 0)
+        sizes = np.where(usable[:, None], whole, 0)
+        chroma = np.where(usable[:, None], -(-sizes // np.maximum(factors, 1)), 0)
+        nbytes = sizes[:, 0] * sizes[:, 1] + 2 * chroma[:, 0] * chroma[:, 1]
+        offsets = np.concatenate([[0], np.cumsum(nbytes)[:-1]])
+        buffer = self._buffer(int(nbytes.sum()))
+        addresses = (buffer.data_ptr() + offsets).astype(np.uint64)
+        result = self.lib.bd_decode_yuv(self.handle, n, sizes.astype(np.int32),
+                                        chroma.astype(np.int32), addresses,
+                                        ctypes.c_void_p(stream_handle(self.device)), self.status)
+        if result == SIZES_MISMATCH:
+            raise ValueError("nvbatch: the planes handed to bd_decode_yuv do not fit the JPEGs")
+        if result:
+            raise RuntimeError(f"nvImageCodec's batch decode failed: status {result}")
+        planes = []
+        for (h, w), (ch, cw), start, ok in zip(sizes.tolist(), chroma.tolist(),
+                                               offsets.tolist(), self.status[:n].tolist()):
+            if not ok:
+                planes.append(None)
+                continue
+            luma = buffer[start:start + h * w].view(h, w)
+            cb = buffer[start + h * w:start + h * w + ch * cw].view(ch, cw)
+            cr = buffer[start + h * w + ch * cw:start + h * w + 2 * ch * cw].view(ch, cw)
+            planes.append((luma, cb, cr))
+        return planes
+
+    def _parse(self, datas: list[np.ndarray]) -> np.ndarray:
+        """bd_parse: the JPEGs' (height, width), int64, 0 where a header did not parse."""
+        n = len(datas)
+        if n > self.capacity:
+            self._reserve(n)
+        starts = np.fromiter((d.__array_interface__["data"][0] for d in datas), np.uint64, n)
+        lengths = np.fromiter((d.nbytes for d in datas), np.int64, n)
+        self.lib.bd_parse(self.handle, starts, lengths, n, self.sizes)
+        return self.sizes[:n].astype(np.int64)
 
     def _regions(self, whole: np.ndarray, boxes: np.ndarray | None) -> np.ndarray:
         """Per JPEG (top, left, bottom, right) of the region to decode, or zeros: the whole

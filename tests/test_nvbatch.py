@@ -5,6 +5,7 @@ tests/test_gpudecode.py runs both ways on CUDA, through the whole GPU stage and 
 """
 from __future__ import annotations
 
+import io
 import logging
 import shutil
 import threading
@@ -12,6 +13,7 @@ import threading
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from conftest import photo
 from imageloader import nvbatch
@@ -21,6 +23,7 @@ from imageloader.gpudecode import GpuDecode, Packed
 from imageloader.gpujpeg import NvImageCodecJpeg
 from test_gpudecode import packed_batch
 from test_gpujpeg import as_array, jpeg, pillow_chw
+from test_scripts import load_script
 
 pytest.importorskip("nvidia.nvimgcodec", reason="nvidia-nvimgcodec not installed")
 pytestmark = pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")),
@@ -353,3 +356,61 @@ def test_a_bad_regions_setting_is_a_clear_error(monkeypatch):
         nvbatch.regions_from()
     monkeypatch.setenv(nvbatch.REGIONS_FROM, "")
     assert nvbatch.regions_from() is None
+
+
+def pillow_ycbcr(data: bytes) -> np.ndarray:
+    """The JPEG's own YCbCr as libjpeg decodes it (no conversion to RGB), H x W x 3."""
+    image = Image.open(io.BytesIO(data))
+    image.draft("YCbCr", image.size)
+    return np.asarray(image)
+
+
+@pytest.fixture
+def probe_yuv(monkeypatch):
+    return load_script("probe_yuv", monkeypatch)
+
+
+def test_ycbcr_planes_are_the_coded_ones_and_only_jpegs_coded_so_give_them(probe_yuv):
+    """decode_yuv (the experiment of scripts/bench/probe_yuv.py) on the CPU backend, which
+    gives YCbCr only unsubsampled: a 4:4:4 JPEG's planes are libjpeg's and the probe's
+    conversion of them is the RGB decode; a 4:2:0 one is refused here (the GPU engines take it:
+    the CUDA test below); grey and broken JPEGs are None; and the RGB decode into the same kept
+    buffer is unchanged after it."""
+    full, halved = jpeg(1, (33, 17), 0), jpeg(2, (64, 48), 2)
+    files = [full, halved, jpeg(3, (40, 40), mode="L"), b"not a jpeg at all" * 4]
+    decoder = NvImageCodecJpeg(CPU, "RGB", one_call=True)
+    planes = decoder.batch.decode_yuv([as_array(d) for d in files])
+    assert [p is None for p in planes] == [False, True, True, True]
+    luma, cb, cr = planes[0]
+    assert luma.shape == cb.shape == cr.shape == (17, 33)
+    reference = pillow_ycbcr(full).astype(int)
+    for k, plane in enumerate((luma, cb, cr)):
+        assert np.abs(plane.numpy().astype(int) - reference[..., k]).max() <= 1
+    converted = probe_yuv.replicated_rgb((luma, cb, cr)).numpy().astype(int)
+    assert np.abs(converted - pillow_chw(full)).max() <= 1
+    rgb = decoder.decode([as_array(d) for d in files[:2]])
+    for data, image in zip(files, rgb):
+        assert np.abs(pixels(image).astype(int) - pillow_chw(data)).max() <= 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("engine", ["hw", "cuda"])
+def test_ycbcr_planes_on_the_gpu_convert_to_its_rgb_decode(engine, probe_yuv):
+    """Every subsampling the engines take, odd sizes: Y is libjpeg's Y, and the planes turned
+    into RGB with replicated chroma are the GPU's own RGB decode of the same JPEG, within the
+    conversion's rounding."""
+    device = torch.device("cuda")
+    files = [jpeg(1, (64, 48), 2), jpeg(2, (48, 64), 1), jpeg(3, (33, 17), 0),
+             jpeg(5, (640, 360)), jpeg(6, (11, 9))]
+    decoder = NvImageCodecJpeg(device, "RGB", engine=engine, one_call=True)
+    planes = decoder.batch.decode_yuv([as_array(d) for d in files])
+    yuv = [tuple(p.clone() for p in planes_of) if planes_of else None for planes_of in planes]
+    rgb = [torch.as_tensor(image, device=device) if image is not None else None
+           for image in decoder.decode([as_array(d) for d in files])]
+    decoded = [(data, p, r) for data, p, r in zip(files, yuv, rgb) if p is not None]
+    assert yuv[3] is not None and yuv[3][1].shape == (180, 320), \
+        f"{engine}: a 4:2:0 JPEG not decoded to its planes"
+    for data, (luma, cb, cr), ours in decoded:
+        assert np.abs(luma.cpu().numpy().astype(int)
+                      - pillow_ycbcr(data)[..., 0].astype(int)).max() <= 2
+        assert (probe_yuv.replicated_rgb((luma, cb, cr)).int() - ours.int()).abs().max() <= 2

@@ -43,6 +43,8 @@
 #                                 # on photos: the probe's rows, decoder pools, regions, ~8 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR batchcall # nvImageCodec's Python API against one C
 #                                                    # call per batch (nvbatch), ~2 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR yuv       # the engines into RGB or into YCbCr (no
+#                                                    # colour conversion), ~2 min
 #   BASE=.cache/base bash scripts/bench/gpu_host.sh OUT_DIR versus [fixed|photos]  # the loader
 #                                 # alone from this tree and another, interleaved, ~1 min a row
 #   bash scripts/bench/gpu_host.sh OUT_DIR regions [photos|fixed]  # the loader alone with
@@ -615,6 +617,17 @@ suspects() {  # what slows ResNet-18's training thread when the loader feeds it 
     | tee "$out/regions-r18-photos.log"
 }
 
+yuv() {  # probe_yuv.py: the engines decoding into planar RGB against the JPEGs' own YCbCr
+  # (no colour conversion), 1 and 2 lanes, the CUDA kernels' time per batch, both kinds of data
+  local kind archive
+  for kind in photos fixed; do
+    archive="$data/$kind-${IMAGES:-4096}.tgz"
+    ensure_archive "$archive" --sizes "$kind" --images "${IMAGES:-4096}"
+    python3 $here/probe_yuv.py --archive "$archive" --images 4096 --out "$out/yuv-$kind.json" \
+      2>&1 | grep --line-buffered -v "$quiet" | tee "$out/yuv-$kind.log" | tail -12
+  done
+}
+
 batchcall() {  # nvImageCodec's Python API against one C call per batch (bench_batch_call.py,
   # imageloader/nvbatch.py), decoders alone, both kinds of data; ENGINE (hw); and the C call
   # decoding the crops of images of REGIONS_FROM pixels or more as regions, a row per value
@@ -633,7 +646,7 @@ batchcall() {  # nvImageCodec's Python API against one C call per batch (bench_b
 case "$part" in
   none) ;;  # the wheels of .whl/ installed, nothing run (a first call before others)
   tests) shift 2; tests "$@" ;;
-  bench|overlap|remote|decoders|trial|threads|packers|share|batchcall|suspects) "$part" ;;
+  bench|overlap|remote|decoders|trial|threads|packers|share|batchcall|suspects|yuv) "$part" ;;
   profile) profile "${3:-photos}" 2>&1 | tee "$out/profile-${3:-photos}.log" ;;
   ddp) ddp "${3:-fixed}" 2>&1 | tee "$out/ddp-${3:-fixed}.log" ;;
   host) host "${3:-fixed}" 2>&1 | tee "$out/host-${3:-fixed}.log" ;;

@@ -1,0 +1,151 @@
+"""What does the colour conversion cost the GPU? The hardware engines decoding into planar RGB
+(what the loader asks for) against the JPEGs' own planar YCbCr (no conversion, chroma at its
+coded size: nvbatch's decode_yuv), in one lane and in two.
+
+    python scripts/bench/probe_yuv.py --archive bench-data/photos-16000.tgz --out yuv.json
+
+ResNet-50 beside the loader loses ~3 points to the loader's GPU work (probe_gpu_share.py,
+results/2026-11-28-h100x2-ranks): nvJPEG's YCbCr -> RGB pass over every decoded pixel and the
+crop kernel. If the crop kernel read YCbCr and converted only its output pixels, the pass would
+go. Rows, interleaved over `--rounds`: images/s of 1 and `--lanes` lanes (each its own decoder,
+thread and stream, waiting for its batch's GPU work), and, one lane, the GPU time of the CUDA
+kernels per batch (torch.profiler; the engines' own work is not a kernel). Also: the share of
+JPEGs the engines decode to YCbCr, and how far those planes, turned into RGB with replicated
+chroma, are from the RGB decode (what a fused kernel would have to match).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from imageloader.decode import gpu_screen  # noqa: E402
+from imageloader.errors import Limits  # noqa: E402
+from imageloader.gpujpeg import NvImageCodecJpeg  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_decoders import batches, load_jpegs  # noqa: E402
+
+
+def get_args_parser():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--archive", required=True, help=".tgz or .tar of JPEGs")
+    p.add_argument("--images", type=int, default=2048)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--seconds", type=float, default=4.0, help="per row and round")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--lanes", type=int, default=2)
+    p.add_argument("--engine", default="hw")
+    p.add_argument("--out", default=None, help="JSON results")
+    return p
+
+
+def decode_call(decoder: NvImageCodecJpeg, yuv: bool):
+    return decoder.batch.decode_yuv if yuv else decoder.batch.decode
+
+
+def lane(decoder, yuv: bool, groups, seconds: float, counts: list, index: int) -> None:
+    """Decode batches on the lane's own stream until `seconds` pass; each batch waits for its
+    GPU work (as a lane's next batch waits for the crops that read the last)."""
+    stream, call, done = torch.cuda.Stream(), decode_call(decoder, yuv), 0
+    end = time.perf_counter() + seconds
+    with torch.cuda.stream(stream):
+        while time.perf_counter() < end:
+            for group in groups:
+                done += sum(image is not None for image in call(group))
+                stream.synchronize()
+    counts[index] = done
+
+
+def rate(decoders, yuv: bool, groups, seconds: float) -> int:
+    counts = [0] * len(decoders)
+    threads = [threading.Thread(target=lane, args=(d, yuv, groups, seconds, counts, k))
+               for k, d in enumerate(decoders)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return round(sum(counts) / (time.perf_counter() - start))
+
+
+def kernel_ms_per_batch(decoder, yuv: bool, groups) -> float:
+    """GPU time of the CUDA kernels that one lane's batches queue, per batch."""
+    from torch.profiler import ProfilerActivity, profile
+    call = decode_call(decoder, yuv)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for group in groups:
+            call(group)
+        torch.cuda.synchronize()
+    total_us = sum(getattr(e, "self_device_time_total", 0) for e in prof.key_averages())
+    return round(total_us / 1000 / len(groups), 3)
+
+
+def replicated_rgb(planes) -> torch.Tensor:
+    """The planes to RGB as nvJPEG converts (JFIF's BT.601, chroma samples replicated)."""
+    luma, cb, cr = planes
+    h, w = luma.shape
+    up = [c.repeat_interleave(-(-h // c.shape[0]), 0).repeat_interleave(-(-w // c.shape[1]), 1)
+          [:h, :w].float() - 128 for c in (cb, cr)]
+    y = luma.float()
+    return torch.stack([y + 1.402 * up[1], y - 0.344136 * up[0] - 0.714136 * up[1],
+                        y + 1.772 * up[0]]).round().clamp(0, 255)
+
+
+def agreement(decoder, group) -> dict:
+    """Of one batch: the share decoded to YCbCr, and the largest and mean difference between
+    those planes turned into RGB and the RGB decode of the same JPEGs."""
+    planes = [tuple(p.clone() for p in x) if x else None for x in decoder.batch.decode_yuv(group)]
+    rgb = decoder.batch.decode(group)
+    worst, means = 0, []
+    for yuv, image in zip(planes, rgb):
+        if yuv is None or image is None:
+            continue
+        diff = (replicated_rgb(yuv) - torch.as_tensor(image, device="cuda").float()).abs()
+        worst, means = max(worst, int(diff.max().item())), means + [diff.mean().item()]
+    return {"ycbcr_share": round(sum(p is not None for p in planes) / len(group), 3),
+            "max_diff": worst, "mean_diff": round(float(np.mean(means)), 4) if means else None}
+
+
+def main(args) -> dict:
+    device = torch.device("cuda")
+    datas = [d for d in load_jpegs(args.archive, args.images)
+             if gpu_screen(d, "RGB", Limits())[0] is None]  # what a lane gets
+    groups = [[np.frombuffer(d, np.uint8) for d in batch] for batch in batches(datas, args.batch)]
+    decoders = [NvImageCodecJpeg(device, "RGB", engine=args.engine, one_call=True)
+                for _ in range(args.lanes)]
+    for decoder in decoders:  # untimed: buffers grown, kernels loaded, both ways
+        for yuv in (False, True):
+            decode_call(decoder, yuv)(groups[0])
+    torch.cuda.synchronize()
+    results = {"device": torch.cuda.get_device_name(device), "torch": torch.__version__,
+               "images": len(datas), "batch": args.batch, "engine": args.engine,
+               **agreement(decoders[0], groups[0]), "rows": []}
+    for round_ in range(args.rounds):
+        for lanes in sorted({1, args.lanes}):
+            for yuv in (False, True):
+                row = {"round": round_, "lanes": lanes, "output": "YCbCr" if yuv else "RGB",
+                       "img_per_s": rate(decoders[:lanes], yuv, groups, args.seconds)}
+                results["rows"].append(row)
+                print(f"round {round_}  {lanes} lane(s)  {row['output']:5s}  "
+                      f"{row['img_per_s']:7d} img/s", flush=True)
+    for yuv in (False, True):
+        key = "kernel_ms_per_batch_" + ("ycbcr" if yuv else "rgb")
+        results[key] = kernel_ms_per_batch(decoders[0], yuv, groups)
+    print({k: v for k, v in results.items() if k != "rows"})
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(results, indent=1))
+    return results
+
+
+if __name__ == "__main__":
+    main(get_args_parser().parse_args())
