@@ -230,7 +230,8 @@ static void output_info(const Batcher* b, int i, int channels, uint32_t h, uint3
     }
     info->color_spec = channels == 1 ? NVIMGCODEC_COLORSPEC_GRAY : NVIMGCODEC_COLORSPEC_SRGB;
     info->chroma_subsampling = channels == 1 ? NVIMGCODEC_SAMPLING_GRAY : NVIMGCODEC_SAMPLING_NONE;
-    info->sample_format = channels == 1 ? NVIMGCODEC_SAMPLEFORMAT_P_Y : NVIMGCODEC_SAMPLEFORMAT_P_RGB;
+    info->sample_format =
+        channels == 1 ? NVIMGCODEC_SAMPLEFORMAT_P_Y : NVIMGCODEC_SAMPLEFORMAT_P_RGB;
     info->num_planes = (uint32_t)channels;
     for (int p = 0; p < channels; p++) set_plane(&info->plane_info[p], h, w);
 }

@@ -8,10 +8,11 @@ ResNet-50 beside the loader loses ~3 points to the loader's GPU work (probe_gpu_
 results/2026-11-28-h100x2-ranks): nvJPEG's YCbCr -> RGB pass over every decoded pixel and the
 crop kernel. If the crop kernel read YCbCr and converted only its output pixels, the pass would
 go. Rows, interleaved over `--rounds`: images/s of 1 and `--lanes` lanes (each its own decoder,
-thread and stream, waiting for its batch's GPU work), and, one lane, the GPU time of the CUDA
-kernels per batch (torch.profiler; the engines' own work is not a kernel). Also: the share of
-JPEGs the engines decode to YCbCr, and how far those planes, turned into RGB with replicated
-chroma, are from the RGB decode (what a fused kernel would have to match).
+thread and stream, waiting for its batch's GPU work), and, one lane, the GPU time per batch of
+its CUDA kernels and of its copies (torch.profiler; the engines' own work is neither). Also:
+the share of JPEGs the engines decode to YCbCr, and how far those planes, turned into RGB with
+replicated chroma, are from the RGB decode (what a fused kernel would have to match).
+Answer on an H200 (results/2026-11-28-h200-yuv): YCbCr is slower, 25-40% fewer images/s.
 """
 from __future__ import annotations
 
@@ -77,16 +78,21 @@ def rate(decoders, yuv: bool, groups, seconds: float) -> int:
     return round(sum(counts) / (time.perf_counter() - start))
 
 
-def kernel_ms_per_batch(decoder, yuv: bool, groups) -> float:
-    """GPU time of the CUDA kernels that one lane's batches queue, per batch."""
+def gpu_ms_per_batch(decoder, yuv: bool, groups) -> dict:
+    """GPU time of what one lane's batches queue, per batch: CUDA kernels (the SMs, which the
+    model needs) apart from copies and memsets (the copy engines: the JPEGs' bytes going in).
+    Until 2026-11-28 the probe reported their sum (`kernel_ms_per_batch_*` in its results)."""
     from torch.profiler import ProfilerActivity, profile
     call = decode_call(decoder, yuv)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for group in groups:
             call(group)
         torch.cuda.synchronize()
-    total_us = sum(getattr(e, "self_device_time_total", 0) for e in prof.key_averages())
-    return round(total_us / 1000 / len(groups), 3)
+    spent = {"kernels": 0.0, "copies": 0.0}
+    for event in prof.key_averages():
+        kind = "copies" if event.key.startswith(("Memcpy", "Memset")) else "kernels"
+        spent[kind] += getattr(event, "self_device_time_total", 0)
+    return {kind: round(us / 1000 / len(groups), 3) for kind, us in spent.items()}
 
 
 def replicated_rgb(planes) -> torch.Tensor:
@@ -138,8 +144,8 @@ def main(args) -> dict:
                 print(f"round {round_}  {lanes} lane(s)  {row['output']:5s}  "
                       f"{row['img_per_s']:7d} img/s", flush=True)
     for yuv in (False, True):
-        key = "kernel_ms_per_batch_" + ("ycbcr" if yuv else "rgb")
-        results[key] = kernel_ms_per_batch(decoders[0], yuv, groups)
+        key = "gpu_ms_per_batch_" + ("ycbcr" if yuv else "rgb")
+        results[key] = gpu_ms_per_batch(decoders[0], yuv, groups)
     print({k: v for k, v in results.items() if k != "rows"})
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
