@@ -411,6 +411,7 @@ def test_ycbcr_planes_on_the_gpu_convert_to_its_rgb_decode(engine, probe_yuv):
     assert yuv[3] is not None and yuv[3][1].shape == (180, 320), \
         f"{engine}: a 4:2:0 JPEG not decoded to its planes"
     for data, (luma, cb, cr), ours in decoded:
-        assert np.abs(luma.cpu().numpy().astype(int)
-                      - pillow_ycbcr(data)[..., 0].astype(int)).max() <= 2
+        luma_error = np.abs(luma.cpu().numpy().astype(int)
+                            - pillow_ycbcr(data)[..., 0].astype(int))  # two IDCTs apart
+        assert luma_error.max() <= 3 and luma_error.mean() <= 0.5
         assert (probe_yuv.replicated_rgb((luma, cb, cr)).int() - ours.int()).abs().max() <= 2
