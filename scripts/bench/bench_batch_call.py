@@ -26,13 +26,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from imageloader.decode import gpu_screen  # noqa: E402
-from imageloader.errors import Limits  # noqa: E402
 from imageloader.gpucrop import image_geometry  # noqa: E402
 from imageloader.gpujpeg import ENGINES  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_decoders import batches, crop_boxes, load_jpegs  # noqa: E402  (same JPEGs, same
+from bench_decoders import batches, crop_boxes, screened_jpegs  # noqa: E402  (same JPEGs, same
 #                                                                     batching, same crops)
 
 
@@ -101,7 +99,7 @@ def same_pixels(python, c_call, group) -> tuple[bool, int]:
     return equal, sum((a is None) != (b is None) for a, b in zip(ours, theirs))
 
 
-def timed_regions(device, args, datas: list[bytes], groups, regions_from: int) -> dict:
+def timed_regions(device, args, datas: list[np.ndarray], groups, regions_from: int) -> dict:
     from imageloader.gpujpeg import NvImageCodecJpeg
     decoder = NvImageCodecJpeg(device, "RGB", engine=args.engine, one_call=True,
                                regions_from=regions_from)
@@ -113,9 +111,8 @@ def main(args) -> dict:
     import torch
     from imageloader.gpujpeg import NvImageCodecJpeg
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    datas = [d for d in load_jpegs(args.archive, args.images)
-             if gpu_screen(d, "RGB", Limits())[0] is None]  # what a lane gets
-    groups = [[np.frombuffer(d, np.uint8) for d in batch] for batch in batches(datas, args.batch)]
+    datas = screened_jpegs(args.archive, args.images)  # what a lane gets
+    groups = batches(datas, args.batch)
     ways = {"Python API (code stream objects, kept images, addresses read back)": False,
             "one C call per batch (nvbatch)": True}
     decoders = {row: NvImageCodecJpeg(device, "RGB", engine=args.engine, one_call=one_call)

@@ -45,7 +45,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from imageloader import configure_cuda_queues  # noqa: E402
-from imageloader.decode import Augment, Decoder, random_resized_crop_box  # noqa: E402
+from imageloader.decode import Augment, Decoder, gpu_screen, random_resized_crop_box  # noqa: E402
+from imageloader.errors import Limits  # noqa: E402
 
 LARGE_PIXELS = 1_000_000
 
@@ -78,6 +79,13 @@ def load_jpegs(archive: str, count: int) -> list[bytes]:
                 if len(datas) == count:
                     break
     return datas
+
+
+def screened_jpegs(archive: str, count: int) -> list[np.ndarray]:
+    """The JPEGs among the first `count` that a GPU lane gets (decode.gpu_screen: none that the
+    engines refuse, such as progressive ones, to be decoded again), as uint8 arrays."""
+    return [np.frombuffer(d, np.uint8) for d in load_jpegs(archive, count)
+            if gpu_screen(d, "RGB", Limits())[0] is None]
 
 
 def describe(datas: list[bytes]) -> dict:

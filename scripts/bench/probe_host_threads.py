@@ -284,16 +284,6 @@ def page_locked(arrays: list) -> list:
     return out
 
 
-def screened_jpegs(archive: str, count: int) -> list:
-    """The first `count` JPEGs of the archive that a GPU lane gets (decode.gpu_screen)."""
-    import numpy as np
-    from imageloader.decode import gpu_screen
-    from imageloader.errors import Limits
-    from bench_decoders import load_jpegs
-    return [np.frombuffer(d, np.uint8) for d in load_jpegs(archive, count)
-            if gpu_screen(d, "RGB", Limits())[0] is None]
-
-
 def host_busy() -> tuple[float, float]:
     """(busy, all) CPU seconds of the whole host so far, from /proc/stat: over a window the
     busy cores, whoever keeps them busy (the loader's processes, the decoders' threads)."""
@@ -627,6 +617,7 @@ def add_row_sets(parser: argparse.ArgumentParser) -> None:
 def decoders_rows(trainer, args, first: dict) -> list[dict]:
     """Is it the decoders (their engines, CPU threads, CUDA calls) that slow the training
     thread, or the rest of the loader (packers' cores, its Python, its crops)?"""
+    from bench_decoders import screened_jpegs
     jpegs = screened_jpegs(args.archive, 2048)
     return [first,
             ceiling_row(trainer, args, "+ the default lanes decoding, no loader",
@@ -644,6 +635,7 @@ def decoders_rows(trainer, args, first: dict) -> list[dict]:
 def lanes_rows(trainer, args, first: dict) -> list[dict]:
     """The steps beside each of --lanes-beside alone and fed by the loader, then traced
     beside --trace-beside."""
+    from bench_decoders import screened_jpegs
     jpegs = screened_jpegs(args.archive, 2048)
     rows = [first]
     for spec in args.lanes_beside:

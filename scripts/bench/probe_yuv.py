@@ -27,12 +27,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from imageloader.decode import gpu_screen  # noqa: E402
-from imageloader.errors import Limits  # noqa: E402
 from imageloader.gpujpeg import NvImageCodecJpeg  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_decoders import batches, load_jpegs  # noqa: E402
+from bench_decoders import batches, screened_jpegs  # noqa: E402
 
 
 def get_args_parser():
@@ -123,9 +121,8 @@ def agreement(decoder, group) -> dict:
 
 def main(args) -> dict:
     device = torch.device("cuda")
-    datas = [d for d in load_jpegs(args.archive, args.images)
-             if gpu_screen(d, "RGB", Limits())[0] is None]  # what a lane gets
-    groups = [[np.frombuffer(d, np.uint8) for d in batch] for batch in batches(datas, args.batch)]
+    datas = screened_jpegs(args.archive, args.images)  # what a lane gets
+    groups = batches(datas, args.batch)
     decoders = [NvImageCodecJpeg(device, "RGB", engine=args.engine, one_call=True)
                 for _ in range(args.lanes)]
     for decoder in decoders:  # untimed: buffers grown, kernels loaded, both ways
