@@ -200,6 +200,15 @@ class Decoded:
         return self._interface()
 
 
+def _check(result: int, mismatch: str) -> None:
+    """bd_decode's or bd_decode_yuv's status as an exception; `mismatch` says what did not fit
+    where the call answered SIZES_MISMATCH (ours, not the data's: loud, not a batch to redo)."""
+    if result == SIZES_MISMATCH:
+        raise ValueError(f"nvbatch: {mismatch} (nothing was decoded)")
+    if result:
+        raise RuntimeError(f"nvImageCodec's batch decode failed: status {result}")
+
+
 class BatchDecoder:
     """An nvImageCodec decoder (one backend, or "all") driven through nvbatch.c: decode(datas)
     returns, per JPEG, a `Decoded` or None (its header did not parse, or the backend refused
@@ -237,19 +246,11 @@ class BatchDecoder:
         whole = self._parse(datas)
         regions = self._regions(whole, boxes)
         sizes = np.where(regions[:, 2:3] > 0, regions[:, 2:] - regions[:, :2], whole)
-        nbytes = self.channels * sizes[:, 0] * sizes[:, 1]
-        offsets = np.concatenate([[0], np.cumsum(nbytes)[:-1]])
-        buffer = self._new_buffer(int(nbytes.sum())) if fresh \
-            else self._buffer(int(nbytes.sum()))
-        addresses = (buffer.data_ptr() + offsets).astype(np.uint64)
+        buffer, _, addresses = self._place(self.channels * sizes[:, 0] * sizes[:, 1], fresh)
         result = self.lib.bd_decode(self.handle, n, self.channels, sizes.astype(np.int32),
                                     regions.astype(np.int32), addresses,
                                     ctypes.c_void_p(stream_handle(self.device)), self.status)
-        if result == SIZES_MISMATCH:  # ours, not the data's: loud, not a batch to redo
-            raise ValueError("nvbatch: the sizes handed to bd_decode do not fit the JPEGs "
-                             "bd_parse read (nothing was decoded)")
-        if result:
-            raise RuntimeError(f"nvImageCodec's batch decode failed: status {result}")
+        _check(result, "the sizes handed to bd_decode do not fit the JPEGs bd_parse read")
         return self._images(buffer, addresses, sizes, self.status[:n].astype(bool), regions)
 
     def decode_yuv(self, datas: list[np.ndarray]) -> list:
@@ -269,17 +270,12 @@ class BatchDecoder:
         usable = (layout[:, 1] == SYCC) & (factors[:, 0] > 0) & (whole[:, 0] > 0)
         sizes = np.where(usable[:, None], whole, 0)
         chroma = np.where(usable[:, None], -(-sizes // np.maximum(factors, 1)), 0)
-        nbytes = sizes[:, 0] * sizes[:, 1] + 2 * chroma[:, 0] * chroma[:, 1]
-        offsets = np.concatenate([[0], np.cumsum(nbytes)[:-1]])
-        buffer = self._buffer(int(nbytes.sum()))
-        addresses = (buffer.data_ptr() + offsets).astype(np.uint64)
+        buffer, offsets, addresses = self._place(
+            sizes[:, 0] * sizes[:, 1] + 2 * chroma[:, 0] * chroma[:, 1])
         result = self.lib.bd_decode_yuv(self.handle, n, sizes.astype(np.int32),
                                         chroma.astype(np.int32), addresses,
                                         ctypes.c_void_p(stream_handle(self.device)), self.status)
-        if result == SIZES_MISMATCH:
-            raise ValueError("nvbatch: the planes handed to bd_decode_yuv do not fit the JPEGs")
-        if result:
-            raise RuntimeError(f"nvImageCodec's batch decode failed: status {result}")
+        _check(result, "the planes handed to bd_decode_yuv do not fit the JPEGs bd_parse read")
         planes = []
         for (h, w), (ch, cw), start, ok in zip(sizes.tolist(), chroma.tolist(),
                                                offsets.tolist(), self.status[:n].tolist()):
@@ -291,6 +287,14 @@ class BatchDecoder:
             cr = buffer[start + h * w + ch * cw:start + h * w + 2 * ch * cw].view(ch, cw)
             planes.append((luma, cb, cr))
         return planes
+
+    def _place(self, nbytes: np.ndarray, fresh: bool = False) -> tuple:
+        """(buffer, offsets, addresses) for outputs of `nbytes` each, one after the other: the
+        kept buffer (grown as needed), or with `fresh` a new one (see `decode`)."""
+        offsets = np.concatenate([[0], np.cumsum(nbytes)[:-1]])
+        total = int(nbytes.sum())
+        buffer = self._new_buffer(total) if fresh else self._buffer(total)
+        return buffer, offsets, (buffer.data_ptr() + offsets).astype(np.uint64)
 
     def _parse(self, datas: list[np.ndarray]) -> np.ndarray:
         """bd_parse: the JPEGs' (height, width), int64, 0 where a header did not parse."""
