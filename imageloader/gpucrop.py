@@ -13,6 +13,7 @@ axis, exactly roi_align's sampling (its edge rules included): an area filter on 
 """
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -32,7 +33,10 @@ BLOCK = 256  # output pixels per program
 # caches it, and two threads compiling the same one at once is not a case it promises to
 # handle. A launch is a few tens of microseconds: one at a time costs nothing measurable.
 _LAUNCH = threading.Lock()
-TABLE_COLUMNS = 10
+TABLE_COLUMNS = 12
+# Which kernel: "weights" (each source pixel read once) or "sampled" (roi_align's loop over
+# bilinear samples). An experiment's switch, gone once measured.
+KERNEL = os.environ.get("IMAGELOADER_CROP_KERNEL", "weights")
 
 
 def available(device: torch.device) -> bool:
@@ -55,13 +59,33 @@ def crop_resize_flip(images: list, boxes: np.ndarray, slots: list[int],
     if count == 0:
         return
     out_h, out_w, channels = out.shape[1:]
-    table = _image_table(images, boxes, slots, out_h, out_w)
+    ints, floats = _image_table(images, boxes, slots, out_h, out_w)
+    if KERNEL == "sampled":
+        ints, box = (small_to_device(part, out.device)
+                     for part in (np.ascontiguousarray(ints[:, :10]), floats))
+        grid = (count, triton.cdiv(out_h * out_w, BLOCK))
+        with _LAUNCH:
+            _crop_kernel[grid](ints, box, out, out_h, out_w, channels, BLOCK=BLOCK,
+                               CHANNELS_POW2=triton.next_power_of_2(channels))
+        return
+    # Each axis's taps per output row / column: a grid of g samples per bin touches at most
+    # g + 1 source lines (g + 2 leaves room for float rounding at line boundaries).
+    taps = ints[:, 4:6] + 2
+    lengths = taps * np.array([out_h, out_w])
+    ends = np.cumsum(lengths.reshape(-1))
+    ints[:, 10:12] = (ends - lengths.reshape(-1)).reshape(-1, 2)
+    out_pow2 = triton.next_power_of_2(max(out_h, out_w))
     # Triton's interpreter (TRITON_INTERPRET=1, the CPU tests) takes the CPU tables as they are.
-    ints, box = (small_to_device(part, out.device) for part in table)
-    grid = (count, triton.cdiv(out_h * out_w, BLOCK))
+    ints, box = (small_to_device(part, out.device) for part in (ints, floats))
+    weights = torch.empty(int(ends[-1]), dtype=torch.float32, device=out.device)
+    starts = torch.empty((count, 2, out_pow2 + 1), dtype=torch.int32, device=out.device)
     with _LAUNCH:
-        _crop_kernel[grid](ints, box, out, out_h, out_w, channels, BLOCK=BLOCK,
-                           CHANNELS_POW2=triton.next_power_of_2(channels))
+        _axis_weights_kernel[(count, 2)](
+            ints, box, weights, starts, out_h, out_w, OUT_POW2=out_pow2,
+            TAPS_POW2=triton.next_power_of_2(int(taps.max())))
+        _weighted_crop_kernel[(count, triton.cdiv(out_h * out_w, BLOCK))](
+            ints, weights, starts, out, out_h, out_w, channels, OUT_POW2=out_pow2,
+            BLOCK=BLOCK, CHANNELS_POW2=triton.next_power_of_2(channels))
 
 
 def image_geometry(image) -> tuple[int, int, int, int, int, int]:
@@ -82,8 +106,9 @@ def image_geometry(image) -> tuple[int, int, int, int, int, int]:
 
 def _image_table(images, boxes, slots, out_h, out_w) -> tuple[np.ndarray, np.ndarray]:
     """Per image: int64 (pointer, height, width, slot, grid_h, grid_w, flip, channel stride,
-    row stride, column stride) and float32 (left, top, bin_h, bin_w). Sampling grids as
-    roi_align computes them, in float32."""
+    row stride, column stride, and two places for the offsets of its row and column weights)
+    and float32 (left, top, bin_h, bin_w). Sampling grids as roi_align computes them, in
+    float32."""
     ints = np.empty((len(images), TABLE_COLUMNS), np.int64)
     geometry = np.array([image_geometry(image) for image in images], np.int64).reshape(-1, 6)
     ints[:, 0:3] = geometry[:, 0:3]
@@ -172,6 +197,110 @@ if triton is not None:
                                    channel, channel_ok)
         mean = total / (grid_h * grid_w).to(tl.float32)
         value = tl.minimum(tl.maximum(tl.floor(mean + 0.5), 0.0), 255.0).to(tl.uint8)
+
+        out_col = tl.where(flip != 0, out_w - 1 - out_x, out_x)
+        target = (slot * out_h * out_w + out_y.to(tl.int64) * out_w + out_col) * channels
+        tl.store(out + target[:, None] + channel[None, :], value,
+                 mask=pixel_ok[:, None] & channel_ok[None, :])
+
+    @triton.jit
+    def _axis_weights_kernel(ints, floats, weights, starts, out_h, out_w,
+                             OUT_POW2: tl.constexpr, TAPS_POW2: tl.constexpr):
+        """For one image and one axis (0: rows, 1: columns): each output line's first source
+        line and the weight of each source line from there on, i.e. the sum of roi_align's
+        bilinear weights over the line's grid of samples, divided by the grid's size."""
+        image = tl.program_id(0)
+        axis = tl.program_id(1)
+        row = ints + image * 12  # TABLE_COLUMNS
+        length = tl.load(row + 1 + axis).to(tl.int32)  # height, width
+        grid = tl.load(row + 4 + axis).to(tl.int32)
+        offset = tl.load(row + 10 + axis)
+        origin = tl.load(floats + image * 4 + 1 - axis) - 0.5  # top, left; aligned=True
+        bin_size = tl.load(floats + image * 4 + 2 + axis)
+        out_len = tl.where(axis == 0, out_h, out_w)
+        line = tl.arange(0, OUT_POW2)
+        line_ok = line < out_len
+        taps = tl.arange(0, TAPS_POW2)
+        edge = (length - 1).to(tl.float32)
+        first = origin + line.to(tl.float32) * bin_size + 0.5 * bin_size / grid.to(tl.float32)
+        start = tl.minimum(tl.maximum(first, 0.0), edge).to(tl.int32)
+        total = tl.zeros((OUT_POW2, TAPS_POW2), tl.float32)
+        last = tl.zeros((OUT_POW2,), tl.int32)
+        for i in range(grid):
+            x = origin + line.to(tl.float32) * bin_size \
+                + (i + 0.5) * bin_size / grid.to(tl.float32)
+            # roi_align's bilinear_interpolate: a sample out of [-1, length] adds nothing;
+            # one in [-1, 0] reads line 0, one past the last line reads the last line.
+            inside = (x >= -1.0) & (x <= length)
+            x = tl.minimum(tl.maximum(x, 0.0), edge)
+            low = x.to(tl.int32)
+            high_weight = tl.where(inside, x - low.to(tl.float32), 0.0)
+            low_weight = tl.where(inside, 1.0 - (x - low.to(tl.float32)), 0.0)
+            tap = (low - start)[:, None]
+            total += tl.where(taps[None, :] == tap, low_weight[:, None], 0.0) \
+                + tl.where(taps[None, :] == tap + 1, high_weight[:, None], 0.0)
+            last = tl.maximum(last, low - start + 1)
+        total = total / grid.to(tl.float32)
+        width = grid + 2
+        tl.store(weights + offset + line[:, None] * width + taps[None, :], total,
+                 mask=line_ok[:, None] & (taps[None, :] < width))
+        base = starts + (image * 2 + axis) * (OUT_POW2 + 1)
+        tl.store(base + line, start, mask=line_ok)
+        # The taps the crop kernel reads for this image and axis: the most any line needs.
+        tl.store(base + OUT_POW2, tl.minimum(tl.max(tl.where(line_ok, last, 0), axis=0) + 1, width))
+
+    @triton.jit
+    def _weighted_crop_kernel(ints, weights, starts, out, out_h, out_w, channels,
+                              OUT_POW2: tl.constexpr, BLOCK: tl.constexpr,
+                              CHANNELS_POW2: tl.constexpr):
+        """Each output pixel: the sum of its source window weighted by row weight x column
+        weight (_axis_weights_kernel), roi_align's area sampling with each source pixel read
+        once instead of once per bilinear sample that touches it."""
+        image = tl.program_id(0)
+        row = ints + image * 12  # TABLE_COLUMNS
+        src = tl.load(row).to(tl.pointer_type(tl.uint8))
+        height = tl.load(row + 1).to(tl.int32)
+        width = tl.load(row + 2).to(tl.int32)
+        slot = tl.load(row + 3)
+        row_width = tl.load(row + 4).to(tl.int32) + 2
+        col_width = tl.load(row + 5).to(tl.int32) + 2
+        flip = tl.load(row + 6)
+        stride_c = tl.load(row + 7)
+        stride_y = tl.load(row + 8)
+        stride_x = tl.load(row + 9)
+        row_weights = weights + tl.load(row + 10)
+        col_weights = weights + tl.load(row + 11)
+        row_starts = starts + image * 2 * (OUT_POW2 + 1)
+        col_starts = row_starts + OUT_POW2 + 1
+        row_taps = tl.load(row_starts + OUT_POW2)
+        col_taps = tl.load(col_starts + OUT_POW2)
+
+        pixel = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        pixel_ok = pixel < out_h * out_w
+        out_y = tl.where(pixel_ok, pixel // out_w, 0)
+        out_x = tl.where(pixel_ok, pixel % out_w, 0)
+        channel = tl.arange(0, CHANNELS_POW2)
+        channel_ok = channel < channels
+        first_row = tl.load(row_starts + out_y)
+        first_col = tl.load(col_starts + out_x)
+        planes = src + channel[None, :].to(tl.int64) * stride_c
+
+        total = tl.zeros((BLOCK, CHANNELS_POW2), tl.float32)
+        for j in range(row_taps):
+            row_weight = tl.load(row_weights + out_y * row_width + j)
+            source_row = first_row + j
+            row_ok = pixel_ok & (source_row < height) & (row_weight != 0.0)
+            line = planes + (source_row.to(tl.int64) * stride_y)[:, None]
+            across = tl.zeros((BLOCK, CHANNELS_POW2), tl.float32)
+            for k in range(col_taps):
+                col_weight = tl.load(col_weights + out_x * col_width + k)
+                source_col = first_col + k
+                ok = row_ok & (source_col < width) & (col_weight != 0.0)
+                value = tl.load(line + (source_col.to(tl.int64) * stride_x)[:, None],
+                                mask=ok[:, None] & channel_ok[None, :], other=0)
+                across += col_weight[:, None] * value.to(tl.float32)
+            total += row_weight[:, None] * across
+        value = tl.minimum(tl.maximum(tl.floor(total + 0.5), 0.0), 255.0).to(tl.uint8)
 
         out_col = tl.where(flip != 0, out_w - 1 - out_x, out_x)
         target = (slot * out_h * out_w + out_y.to(tl.int64) * out_w + out_col) * channels

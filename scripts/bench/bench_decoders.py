@@ -115,6 +115,23 @@ def batches(items: list, size: int) -> list[list]:
 # ---- decoders: each is make(stream) -> decode(batch of bytes) -> list of CUDA tensors ------
 
 
+def gpu_ms_per_call(work, calls: int) -> dict:
+    """GPU time of what `work()` queues, per call, over `calls` calls (torch.profiler): CUDA
+    kernels (the SMs, which a model needs) apart from copies and memsets (the copy engines).
+    Events around a call would time the host's part of it too."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            work()
+        torch.cuda.synchronize()
+    spent = {"kernels": 0.0, "copies": 0.0}
+    for event in prof.key_averages():
+        kind = "copies" if event.key.startswith(("Memcpy", "Memset")) else "kernels"
+        spent[kind] += getattr(event, "self_device_time_total", 0)
+    return {kind: round(us / 1000 / calls, 3) for kind, us in spent.items()}
+
+
 def torchvision_decoder():
     import torch
     from torchvision.io import ImageReadMode, decode_jpeg

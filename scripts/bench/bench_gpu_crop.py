@@ -20,15 +20,22 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from imageloader import configure_cuda_queues  # noqa: E402
+from imageloader import configure_cuda_queues, gpucrop  # noqa: E402
 from imageloader.decode import Augment, Decoder, random_resized_crop_box  # noqa: E402
 from imageloader.gpudecode import GpuDecode  # noqa: E402
+from bench_decoders import gpu_ms_per_call  # noqa: E402
+from make_imagenet_like import photo_spec  # noqa: E402
 
 
-def make_batch(sizes, augment, device):
+def make_batch(sizes, augment, device, layout="planar"):
     images, boxes = [], np.empty((len(sizes), 5), np.float32)
     for k, (width, height) in enumerate(sizes):
-        images.append(torch.randint(0, 256, (3, height, width), dtype=torch.uint8, device=device))
+        if layout == "planar":
+            image = torch.randint(0, 256, (3, height, width), dtype=torch.uint8, device=device)
+        else:  # interleaved: a C x H x W view of H x W x C memory
+            image = torch.randint(0, 256, (height, width, 3), dtype=torch.uint8,
+                                  device=device).permute(2, 0, 1)
+        images.append(image)
         rng = random.Random(k)
         box = random_resized_crop_box((width, height), augment.scale, augment.ratio, rng)
         boxes[k] = (*box, rng.random() < augment.flip)
@@ -57,16 +64,25 @@ def main(args) -> None:
     batches = {
         "500x375": [(500, 375)] * args.batch,
         "mixed": [(int(w), int(h)) for w, h in zip(rng.integers(200, 800, args.batch),
-                                                   rng.integers(150, 600, args.batch))]}
+                                                   rng.integers(150, 600, args.batch))],
+        # the sizes of make_imagenet_like.py --sizes photos: its tail of large photos included
+        "photos": [photo_spec(0, index)[:2] for index in range(args.batch)]}
+    rows = [(crop, kernel, layout) for crop, kernel in
+            (("triton", "weights"), ("triton", "sampled"), ("roi_align", None))
+            for layout in (("planar", "interleaved") if crop == "triton" else ("planar",))]
     for name, sizes in batches.items():
-        images, boxes = make_batch(sizes, augment, device)
-        pairs = list(enumerate(images))
         out = torch.empty((args.batch, *cpu.out_shape), dtype=torch.uint8, device=device)
-        for crop in ("triton", "roi_align"):
+        for crop, kernel, layout in rows:
+            images, boxes = make_batch(sizes, augment, device, layout)
+            pairs = list(enumerate(images))
+            gpucrop.KERNEL = kernel or gpucrop.KERNEL
             stage = GpuDecode(cpu, None, device, ("none", None), crop=crop)
-            ms = time_ms(lambda: stage.train_crops(pairs, boxes, out), args.repeats)
+            work = lambda: stage.train_crops(pairs, boxes, out)  # noqa: E731
+            ms = time_ms(work, args.repeats)
             print(json.dumps({"batch": name, "images": args.batch, "crop": crop,
-                              "gpu_ms": round(ms, 3), "device": torch.cuda.get_device_name(),
+                              "kernel": kernel, "layout": layout, "call_ms": round(ms, 3),
+                              "gpu_ms": gpu_ms_per_call(work, args.repeats),
+                              "device": torch.cuda.get_device_name(),
                               "torch": torch.__version__}), flush=True)
 
 

@@ -618,13 +618,14 @@ suspects() {  # what slows ResNet-18's training thread when the loader feeds it 
 }
 
 yuv() {  # probe_yuv.py: the engines decoding into planar RGB against the JPEGs' own YCbCr
-  # (no colour conversion), 1 and 2 lanes, the CUDA kernels' time per batch, both kinds of data
+  # (no colour conversion), 1 and 2 lanes, the CUDA kernels' time per batch, both kinds of data;
+  # YUV_BESIDE=resnet50: also that model's graphed step alone and beside the lanes decoding each way
   local kind archive
   for kind in photos fixed; do
     archive="$data/$kind-${IMAGES:-4096}.tgz"
     ensure_archive "$archive" --sizes "$kind" --images "${IMAGES:-4096}"
     python3 $here/probe_yuv.py --archive "$archive" --images 4096 --out "$out/yuv-$kind.json" \
-      2>&1 | grep --line-buffered -v "$quiet" | tee "$out/yuv-$kind.log" | tail -12
+      ${YUV_BESIDE:+--beside $YUV_BESIDE} 2>&1 | grep --line-buffered -v "$quiet" | tee "$out/yuv-$kind.log" | tail -12
   done
 }
 

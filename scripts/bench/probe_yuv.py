@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from imageloader.gpujpeg import NvImageCodecJpeg  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_decoders import batches, screened_jpegs  # noqa: E402
+from bench_decoders import batches, gpu_ms_per_call, screened_jpegs  # noqa: E402
 
 
 def get_args_parser():
@@ -43,6 +43,10 @@ def get_args_parser():
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--lanes", type=int, default=2)
     p.add_argument("--engine", default="hw")
+    p.add_argument("--beside", default=None, metavar="MODEL",
+                   help="also: MODEL's graphed training step (e.g. resnet50) replayed without "
+                        "pause alone and beside --lanes lanes decoding RGB or YCbCr flat out: "
+                        "what each output costs a GPU-bound model per decoded image")
     p.add_argument("--out", default=None, help="JSON results")
     return p
 
@@ -64,33 +68,58 @@ def lane(decoder, yuv: bool, groups, seconds: float, counts: list, index: int) -
     counts[index] = done
 
 
-def rate(decoders, yuv: bool, groups, seconds: float) -> int:
+def rate(decoders, yuv: bool, groups, seconds: float, load=None) -> int:
+    """Images/s of the lanes together; with `load` (probe_gpu_share.GpuLoad), its steps are
+    counted over the same window."""
     counts = [0] * len(decoders)
     threads = [threading.Thread(target=lane, args=(d, yuv, groups, seconds, counts, k))
                for k, d in enumerate(decoders)]
-    start = time.perf_counter()
+    start, steps = time.perf_counter(), load.steps if load else 0
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return round(sum(counts) / (time.perf_counter() - start))
+    if not threads:
+        time.sleep(seconds)
+    elapsed = time.perf_counter() - start
+    if load:
+        load.rate = (load.steps - steps) * load.batch / elapsed
+    return round(sum(counts) / elapsed)
+
+
+def model_rows(args, decoders, groups) -> list[dict]:
+    """`args.beside`'s graphed step replayed without pause (probe_gpu_share.GpuLoad: the GPU
+    busy, the host idle) alone, and beside the lanes decoding RGB and YCbCr, interleaved; each
+    row: the model's img/s and the lanes' img/s over one window."""
+    import bench
+    from probe_gpu_share import GpuLoad, GraphedStep
+    trainer = bench.Trainer(args.beside, 100)
+    graphed = GraphedStep(trainer, *next(bench.ceiling_batches(
+        argparse.Namespace(batch_size=args.batch), 100)))
+    rows = []
+    with GpuLoad(graphed) as load:
+        load.batch = args.batch
+        time.sleep(1.0)  # past cuDNN's and the clocks' warm-up
+        for round_ in range(args.rounds):
+            for output in ("alone", "RGB", "YCbCr", "alone"):
+                if output == "alone":
+                    rate([], False, groups, args.seconds, load)  # no lanes: the window only
+                    decoded = 0
+                else:
+                    decoded = rate(decoders, output == "YCbCr", groups, args.seconds, load)
+                rows.append({"round": round_, "model": args.beside, "beside": output,
+                             "model_img_per_s": round(load.rate), "decoded_img_per_s": decoded})
+                print(f"round {round_}  {args.beside} graphed, beside {output:5s}  "
+                      f"{load.rate:7.0f} img/s   lanes {decoded:6d} img/s", flush=True)
+    return rows
 
 
 def gpu_ms_per_batch(decoder, yuv: bool, groups) -> dict:
-    """GPU time of what one lane's batches queue, per batch: CUDA kernels (the SMs, which the
-    model needs) apart from copies and memsets (the copy engines: the JPEGs' bytes going in).
-    Until 2026-11-28 the probe reported their sum (`kernel_ms_per_batch_*` in its results)."""
-    from torch.profiler import ProfilerActivity, profile
-    call = decode_call(decoder, yuv)
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for group in groups:
-            call(group)
-        torch.cuda.synchronize()
-    spent = {"kernels": 0.0, "copies": 0.0}
-    for event in prof.key_averages():
-        kind = "copies" if event.key.startswith(("Memcpy", "Memset")) else "kernels"
-        spent[kind] += getattr(event, "self_device_time_total", 0)
-    return {kind: round(us / 1000 / len(groups), 3) for kind, us in spent.items()}
+    """GPU time of what one lane's batches queue, per batch: CUDA kernels apart from copies
+    and memsets (the JPEGs' bytes going in). Until 2026-11-28 the probe reported their sum
+    (`kernel_ms_per_batch_*` in its results)."""
+    call, queue = decode_call(decoder, yuv), iter(groups * 2)
+    return gpu_ms_per_call(lambda: call(next(queue)), len(groups))
 
 
 def replicated_rgb(planes) -> torch.Tensor:
@@ -143,7 +172,9 @@ def main(args) -> dict:
     for yuv in (False, True):
         key = "gpu_ms_per_batch_" + ("ycbcr" if yuv else "rgb")
         results[key] = gpu_ms_per_batch(decoders[0], yuv, groups)
-    print({k: v for k, v in results.items() if k != "rows"})
+    if args.beside:
+        results["beside"] = model_rows(args, decoders, groups)
+    print({k: v for k, v in results.items() if k not in ("rows", "beside")})
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(results, indent=1))
