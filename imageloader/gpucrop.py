@@ -1,5 +1,5 @@
-"""Training crops of decode="cuda" in one kernel: every image's box, resized and flipped, read
-straight from nvJPEG's uint8 output into the uint8 batch.
+"""Training crops of decode="cuda" in one launch pair: every image's box, resized and flipped,
+read straight from nvJPEG's uint8 output into the uint8 batch.
 
 The reference is torchvision's roi_align (aligned=True, adaptive sampling ratio) on float copies
 of the images, which gpudecode.py keeps for the CPU and for hosts without Triton. roi_align
@@ -8,12 +8,16 @@ per distinct image size, then a flip and a rounding pass: ~2.5 ms of GPU per 256
 on an H200, beside a ResNet-18 step of ~19 ms. This kernel reads only the pixels its samples
 touch and writes each output byte once, whatever the mix of image sizes.
 
-Per output pixel it averages grid_h x grid_w bilinear samples, grid = ceil(box / output) per
-axis, exactly roi_align's sampling (its edge rules included): an area filter on downscaling.
+Per output pixel roi_align averages grid_h x grid_w bilinear samples, grid = ceil(box / output)
+per axis (its edge rules included): an area filter on downscaling. The samples of one output
+row share their source rows and those of one output column their source columns, so the
+average is a sum over the pixel's source window of row weight x column weight. A first kernel
+computes each output line's weights (a line of g samples touches at most g + 1 source lines),
+the second reads each window pixel once: 0.48 against 0.65 ms of GPU per 256 photos, 0.38
+against 0.43 for 500x375 (H200, bench_gpu_crop.py; one load per bilinear corner before).
 """
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
@@ -34,9 +38,7 @@ BLOCK = 256  # output pixels per program
 # handle. A launch is a few tens of microseconds: one at a time costs nothing measurable.
 _LAUNCH = threading.Lock()
 TABLE_COLUMNS = 12
-# Which kernel: "weights" (each source pixel read once) or "sampled" (roi_align's loop over
-# bilinear samples). An experiment's switch, gone once measured.
-KERNEL = os.environ.get("IMAGELOADER_CROP_KERNEL", "weights")
+MIN_TAPS = 16
 
 
 def available(device: torch.device) -> bool:
@@ -60,14 +62,6 @@ def crop_resize_flip(images: list, boxes: np.ndarray, slots: list[int],
         return
     out_h, out_w, channels = out.shape[1:]
     ints, floats = _image_table(images, boxes, slots, out_h, out_w)
-    if KERNEL == "sampled":
-        ints, box = (small_to_device(part, out.device)
-                     for part in (np.ascontiguousarray(ints[:, :10]), floats))
-        grid = (count, triton.cdiv(out_h * out_w, BLOCK))
-        with _LAUNCH:
-            _crop_kernel[grid](ints, box, out, out_h, out_w, channels, BLOCK=BLOCK,
-                               CHANNELS_POW2=triton.next_power_of_2(channels))
-        return
     # Each axis's taps per output row / column: a grid of g samples per bin touches at most
     # g + 1 source lines (g + 2 leaves room for float rounding at line boundaries).
     taps = ints[:, 4:6] + 2
@@ -77,12 +71,16 @@ def crop_resize_flip(images: list, boxes: np.ndarray, slots: list[int],
     out_pow2 = triton.next_power_of_2(max(out_h, out_w))
     # Triton's interpreter (TRITON_INTERPRET=1, the CPU tests) takes the CPU tables as they are.
     ints, box = (small_to_device(part, out.device) for part in (ints, floats))
+    # Scratch for the weights, from the caching allocator on this stream: freed on return, it
+    # is reused only by work queued after these kernels on the same stream.
     weights = torch.empty(int(ends[-1]), dtype=torch.float32, device=out.device)
     starts = torch.empty((count, 2, out_pow2 + 1), dtype=torch.int32, device=out.device)
+    # Every tap count is compiled as its own kernel: one of at least 16 (grids up to 14, crops
+    # of up to ~3,100 px to 224) is the one the loader warms; larger photos compile once more.
+    taps_pow2 = max(MIN_TAPS, triton.next_power_of_2(int(taps.max())))
     with _LAUNCH:
         _axis_weights_kernel[(count, 2)](
-            ints, box, weights, starts, out_h, out_w, OUT_POW2=out_pow2,
-            TAPS_POW2=triton.next_power_of_2(int(taps.max())))
+            ints, box, weights, starts, out_h, out_w, OUT_POW2=out_pow2, TAPS_POW2=taps_pow2)
         _weighted_crop_kernel[(count, triton.cdiv(out_h * out_w, BLOCK))](
             ints, weights, starts, out, out_h, out_w, channels, OUT_POW2=out_pow2,
             BLOCK=BLOCK, CHANNELS_POW2=triton.next_power_of_2(channels))
@@ -125,84 +123,6 @@ def _image_table(images, boxes, slots, out_h, out_w) -> tuple[np.ndarray, np.nda
 
 
 if triton is not None:
-    @triton.jit
-    def _bilinear(src, stride_c, stride_y, stride_x, height, width, y, x, channel, channel_ok):
-        """roi_align's bilinear_interpolate, for a block of sample points and all channels."""
-        inside = (y >= -1.0) & (y <= height) & (x >= -1.0) & (x <= width)
-        y = tl.maximum(y, 0.0)
-        x = tl.maximum(x, 0.0)
-        y_low = y.to(tl.int32)
-        x_low = x.to(tl.int32)
-        y_edge = y_low >= height - 1
-        x_edge = x_low >= width - 1
-        y_low = tl.where(y_edge, height - 1, y_low)
-        x_low = tl.where(x_edge, width - 1, x_low)
-        y_high = tl.where(y_edge, y_low, y_low + 1)
-        x_high = tl.where(x_edge, x_low, x_low + 1)
-        y = tl.where(y_edge, y_low.to(tl.float32), y)
-        x = tl.where(x_edge, x_low.to(tl.float32), x)
-        ly = y - y_low.to(tl.float32)
-        lx = x - x_low.to(tl.float32)
-        hy = 1.0 - ly
-        hx = 1.0 - lx
-        mask = inside[:, None] & channel_ok[None, :]
-        base = src + channel[None, :].to(tl.int64) * stride_c
-        row_low = (y_low.to(tl.int64) * stride_y)[:, None]
-        row_high = (y_high.to(tl.int64) * stride_y)[:, None]
-        col_low = (x_low.to(tl.int64) * stride_x)[:, None]
-        col_high = (x_high.to(tl.int64) * stride_x)[:, None]
-        v1 = tl.load(base + row_low + col_low, mask=mask, other=0).to(tl.float32)
-        v2 = tl.load(base + row_low + col_high, mask=mask, other=0).to(tl.float32)
-        v3 = tl.load(base + row_high + col_low, mask=mask, other=0).to(tl.float32)
-        v4 = tl.load(base + row_high + col_high, mask=mask, other=0).to(tl.float32)
-        return ((hy * hx)[:, None] * v1 + (hy * lx)[:, None] * v2
-                + (ly * hx)[:, None] * v3 + (ly * lx)[:, None] * v4)
-
-    @triton.jit
-    def _crop_kernel(ints, floats, out, out_h, out_w, channels,
-                     BLOCK: tl.constexpr, CHANNELS_POW2: tl.constexpr):
-        image = tl.program_id(0)
-        row = ints + image * 10  # TABLE_COLUMNS
-        src = tl.load(row).to(tl.pointer_type(tl.uint8))  # the decoder's (C, H, W) output
-        height = tl.load(row + 1).to(tl.int32)
-        width = tl.load(row + 2).to(tl.int32)
-        slot = tl.load(row + 3)
-        grid_h = tl.load(row + 4).to(tl.int32)
-        grid_w = tl.load(row + 5).to(tl.int32)
-        flip = tl.load(row + 6)
-        stride_c = tl.load(row + 7)
-        stride_y = tl.load(row + 8)
-        stride_x = tl.load(row + 9)
-        # aligned=True: pixel i covers [i, i + 1), its centre is at i + 0.5.
-        top = tl.load(floats + image * 4 + 1) - 0.5
-        left = tl.load(floats + image * 4) - 0.5
-        bin_h = tl.load(floats + image * 4 + 2)
-        bin_w = tl.load(floats + image * 4 + 3)
-
-        pixel = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-        pixel_ok = pixel < out_h * out_w
-        out_y = pixel // out_w
-        out_x = pixel % out_w
-        channel = tl.arange(0, CHANNELS_POW2)
-        channel_ok = channel < channels
-
-        total = tl.zeros((BLOCK, CHANNELS_POW2), tl.float32)
-        for iy in range(grid_h):
-            y = top + out_y.to(tl.float32) * bin_h \
-                + (iy + 0.5) * bin_h / grid_h.to(tl.float32)
-            for ix in range(grid_w):
-                x = left + out_x.to(tl.float32) * bin_w \
-                    + (ix + 0.5) * bin_w / grid_w.to(tl.float32)
-                total += _bilinear(src, stride_c, stride_y, stride_x, height, width, y, x,
-                                   channel, channel_ok)
-        mean = total / (grid_h * grid_w).to(tl.float32)
-        value = tl.minimum(tl.maximum(tl.floor(mean + 0.5), 0.0), 255.0).to(tl.uint8)
-
-        out_col = tl.where(flip != 0, out_w - 1 - out_x, out_x)
-        target = (slot * out_h * out_w + out_y.to(tl.int64) * out_w + out_col) * channels
-        tl.store(out + target[:, None] + channel[None, :], value,
-                 mask=pixel_ok[:, None] & channel_ok[None, :])
-
     @triton.jit
     def _axis_weights_kernel(ints, floats, weights, starts, out_h, out_w,
                              OUT_POW2: tl.constexpr, TAPS_POW2: tl.constexpr):

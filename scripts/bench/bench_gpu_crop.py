@@ -1,12 +1,15 @@
-"""GPU time of decode="cuda"'s training crops per batch: Triton's one kernel vs roi_align.
+"""GPU time of decode="cuda"'s training crops per batch: Triton's kernels vs roi_align.
 
     python scripts/bench/bench_gpu_crop.py [--batch 256] [--size 224]
 
 Decodes nothing: random uint8 (3, H, W) images stand in for nvJPEG's output, with crop boxes
-and flips drawn as the packers draw them (RandomResizedCrop's scale and ratio). Two batches:
-every image 500x375 (the benchmark archive), and sizes mixed like a photo collection (each
-image its own size, so roi_align needs one call per image). Times with CUDA events, median of
---repeats after warm-up; prints one JSON line per (batch, method).
+and flips drawn as the packers draw them (RandomResizedCrop's scale and ratio). Three batches:
+every image 500x375 (the benchmark archive), sizes mixed uniformly (200-800 x 150-600), and
+the sizes of make_imagenet_like.py --sizes photos (its tail of large photos included; each
+image its own size, so roi_align needs one call per image); Triton's kernels on planar images
+and on interleaved ones (a C x H x W view of H x W x C memory). Per (batch, method, layout) one
+JSON line: call_ms, the median time between CUDA events around a call (the host's part
+included), and gpu_ms, the GPU time of its kernels and of its copies (torch.profiler).
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from imageloader import configure_cuda_queues, gpucrop  # noqa: E402
+from imageloader import configure_cuda_queues  # noqa: E402
 from imageloader.decode import Augment, Decoder, random_resized_crop_box  # noqa: E402
 from imageloader.gpudecode import GpuDecode  # noqa: E402
 from bench_decoders import gpu_ms_per_call  # noqa: E402
@@ -67,20 +70,17 @@ def main(args) -> None:
                                                    rng.integers(150, 600, args.batch))],
         # the sizes of make_imagenet_like.py --sizes photos: its tail of large photos included
         "photos": [photo_spec(0, index)[:2] for index in range(args.batch)]}
-    rows = [(crop, kernel, layout) for crop, kernel in
-            (("triton", "weights"), ("triton", "sampled"), ("roi_align", None))
-            for layout in (("planar", "interleaved") if crop == "triton" else ("planar",))]
+    rows = [("triton", "planar"), ("triton", "interleaved"), ("roi_align", "planar")]
     for name, sizes in batches.items():
         out = torch.empty((args.batch, *cpu.out_shape), dtype=torch.uint8, device=device)
-        for crop, kernel, layout in rows:
+        for crop, layout in rows:
             images, boxes = make_batch(sizes, augment, device, layout)
             pairs = list(enumerate(images))
-            gpucrop.KERNEL = kernel or gpucrop.KERNEL
             stage = GpuDecode(cpu, None, device, ("none", None), crop=crop)
             work = lambda: stage.train_crops(pairs, boxes, out)  # noqa: E731
             ms = time_ms(work, args.repeats)
             print(json.dumps({"batch": name, "images": args.batch, "crop": crop,
-                              "kernel": kernel, "layout": layout, "call_ms": round(ms, 3),
+                              "layout": layout, "call_ms": round(ms, 3),
                               "gpu_ms": gpu_ms_per_call(work, args.repeats),
                               "device": torch.cuda.get_device_name(),
                               "torch": torch.__version__}), flush=True)
