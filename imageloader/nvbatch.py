@@ -259,7 +259,8 @@ class BatchDecoder:
         the kept buffer, or None where it is not coded in YCbCr with a subsampling in
         CHROMA_FACTORS, or the backend refused it. An experiment (scripts/bench/probe_yuv.py):
         is the conversion that `decode` asks for a cost worth moving into the crop kernel? No:
-        the engines decode 25-40% fewer JPEGs a second this way (results/2026-11-28-h200-yuv)."""
+        the engines decode 25-40% fewer JPEGs a second this way, and a GPU-bound model beside
+        them loses no less per image (results/2026-11-28-h200-yuv, 2026-11-28-h200-crops)."""
         n = len(datas)
         if not n:
             return []

@@ -44,7 +44,8 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR batchcall # nvImageCodec's Python API against one C
 #                                                    # call per batch (nvbatch), ~2 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR yuv       # the engines into RGB or into YCbCr (no
-#                                                    # colour conversion), ~2 min
+#                                                    # colour conversion), ~2 min; YUV_BESIDE=
+#                                                    # resnet50: what each costs that model, ~4
 #   BASE=.cache/base bash scripts/bench/gpu_host.sh OUT_DIR versus [fixed|photos]  # the loader
 #                                 # alone from this tree and another, interleaved, ~1 min a row
 #   bash scripts/bench/gpu_host.sh OUT_DIR regions [photos|fixed]  # the loader alone with

@@ -12,7 +12,10 @@ thread and stream, waiting for its batch's GPU work), and, one lane, the GPU tim
 its CUDA kernels and of its copies (torch.profiler; the engines' own work is neither). Also:
 the share of JPEGs the engines decode to YCbCr, and how far those planes, turned into RGB with
 replicated chroma, are from the RGB decode (what a fused kernel would have to match).
-Answer on an H200 (results/2026-11-28-h200-yuv): YCbCr is slower, 25-40% fewer images/s.
+With --beside MODEL: that model's graphed step replayed without pause, alone and beside the
+lanes decoding each way (does YCbCr cost a GPU-bound model less per decoded image?).
+Answer on an H200 (results/2026-11-28-h200-yuv): YCbCr is slower, 25-40% fewer images/s; and
+beside ResNet-50 no cheaper per decoded image (results/2026-11-28-h200-crops).
 """
 from __future__ import annotations
 
