@@ -38,7 +38,6 @@ BLOCK = 256  # output pixels per program
 # handle. A launch is a few tens of microseconds: one at a time costs nothing measurable.
 _LAUNCH = threading.Lock()
 TABLE_COLUMNS = 12
-MIN_TAPS = 16
 
 
 def available(device: torch.device) -> bool:
@@ -75,12 +74,9 @@ def crop_resize_flip(images: list, boxes: np.ndarray, slots: list[int],
     # is reused only by work queued after these kernels on the same stream.
     weights = torch.empty(int(ends[-1]), dtype=torch.float32, device=out.device)
     starts = torch.empty((count, 2, out_pow2 + 1), dtype=torch.int32, device=out.device)
-    # Every tap count is compiled as its own kernel: one of at least 16 (grids up to 14, crops
-    # of up to ~3,100 px to 224) is the one the loader warms; larger photos compile once more.
-    taps_pow2 = max(MIN_TAPS, triton.next_power_of_2(int(taps.max())))
     with _LAUNCH:
-        _axis_weights_kernel[(count, 2)](
-            ints, box, weights, starts, out_h, out_w, OUT_POW2=out_pow2, TAPS_POW2=taps_pow2)
+        _axis_weights_kernel[(count, 2)](ints, box, weights, starts, out_h, out_w,
+                                         OUT_POW2=out_pow2)
         _weighted_crop_kernel[(count, triton.cdiv(out_h * out_w, BLOCK))](
             ints, weights, starts, out, out_h, out_w, channels, OUT_POW2=out_pow2,
             BLOCK=BLOCK, CHANNELS_POW2=triton.next_power_of_2(channels))
@@ -125,10 +121,12 @@ def _image_table(images, boxes, slots, out_h, out_w) -> tuple[np.ndarray, np.nda
 if triton is not None:
     @triton.jit
     def _axis_weights_kernel(ints, floats, weights, starts, out_h, out_w,
-                             OUT_POW2: tl.constexpr, TAPS_POW2: tl.constexpr):
+                             OUT_POW2: tl.constexpr):
         """For one image and one axis (0: rows, 1: columns): each output line's first source
-        line and the weight of each source line from there on, i.e. the sum of roi_align's
-        bilinear weights over the line's grid of samples, divided by the grid's size."""
+        line and the weight of each of the grid + 2 source lines from there on, i.e. the sum
+        of roi_align's bilinear weights over the line's grid of samples, divided by the
+        grid's size. Tap by tap, each summing every sample: O(grid^2) a line, but no array
+        whose size depends on the grid, hence one compiled kernel for every photo."""
         image = tl.program_id(0)
         axis = tl.program_id(1)
         row = ints + image * 12  # TABLE_COLUMNS
@@ -140,34 +138,30 @@ if triton is not None:
         out_len = tl.where(axis == 0, out_h, out_w)
         line = tl.arange(0, OUT_POW2)
         line_ok = line < out_len
-        taps = tl.arange(0, TAPS_POW2)
         edge = (length - 1).to(tl.float32)
-        first = origin + line.to(tl.float32) * bin_size + 0.5 * bin_size / grid.to(tl.float32)
+        step = bin_size / grid.to(tl.float32)
+        first = origin + line.to(tl.float32) * bin_size + 0.5 * step
         start = tl.minimum(tl.maximum(first, 0.0), edge).to(tl.int32)
-        total = tl.zeros((OUT_POW2, TAPS_POW2), tl.float32)
-        last = tl.zeros((OUT_POW2,), tl.int32)
-        for i in range(grid):
-            x = origin + line.to(tl.float32) * bin_size \
-                + (i + 0.5) * bin_size / grid.to(tl.float32)
-            # roi_align's bilinear_interpolate: a sample out of [-1, length] adds nothing;
-            # one in [-1, 0] reads line 0, one past the last line reads the last line.
-            inside = (x >= -1.0) & (x <= length)
-            x = tl.minimum(tl.maximum(x, 0.0), edge)
-            low = x.to(tl.int32)
-            high_weight = tl.where(inside, x - low.to(tl.float32), 0.0)
-            low_weight = tl.where(inside, 1.0 - (x - low.to(tl.float32)), 0.0)
-            tap = (low - start)[:, None]
-            total += tl.where(taps[None, :] == tap, low_weight[:, None], 0.0) \
-                + tl.where(taps[None, :] == tap + 1, high_weight[:, None], 0.0)
-            last = tl.maximum(last, low - start + 1)
-        total = total / grid.to(tl.float32)
         width = grid + 2
-        tl.store(weights + offset + line[:, None] * width + taps[None, :], total,
-                 mask=line_ok[:, None] & (taps[None, :] < width))
+        used = tl.zeros((OUT_POW2,), tl.int32)
+        for tap in range(width):
+            source = (start + tap).to(tl.float32)
+            total = tl.zeros((OUT_POW2,), tl.float32)
+            for i in range(grid):
+                x = origin + line.to(tl.float32) * bin_size + (i + 0.5) * step
+                # roi_align's bilinear_interpolate: a sample out of [-1, length] adds nothing;
+                # one in [-1, 0] reads line 0, one past the last line reads the last line;
+                # otherwise lines floor(x) and floor(x) + 1 share it: a tent around x.
+                inside = (x >= -1.0) & (x <= length)
+                x = tl.minimum(tl.maximum(x, 0.0), edge)
+                total += tl.where(inside, tl.maximum(1.0 - tl.abs(x - source), 0.0), 0.0)
+            tl.store(weights + offset + line * width + tap, total / grid.to(tl.float32),
+                     mask=line_ok)
+            used = tl.where(total > 0.0, tap + 1, used)
         base = starts + (image * 2 + axis) * (OUT_POW2 + 1)
         tl.store(base + line, start, mask=line_ok)
         # The taps the crop kernel reads for this image and axis: the most any line needs.
-        tl.store(base + OUT_POW2, tl.minimum(tl.max(tl.where(line_ok, last, 0), axis=0) + 1, width))
+        tl.store(base + OUT_POW2, tl.max(tl.where(line_ok, used, 0), axis=0))
 
     @triton.jit
     def _weighted_crop_kernel(ints, weights, starts, out, out_h, out_w, channels,

@@ -505,13 +505,12 @@ def test_decode_choice_on_a_cpu_device(labeled_archive):
 
 @pytest.mark.skipif(not has_triton(), reason="needs Triton")
 @pytest.mark.parametrize("channels, count, max_side", [(3, 12, 70), (1, 12, 70), (3, 6, 400)],
-                         ids=["rgb", "grey", "rgb-grids-past-16-taps"])
+                         ids=["rgb", "grey", "rgb-large-grids"])
 def test_crop_kernel_matches_roi_align_under_the_triton_interpreter(channels, count, max_side):
     """The crop kernels (gpucrop.py), run by Triton's CPU interpreter: on mixed image sizes,
     whole / one-pixel / random boxes, flips and shuffled slots they give roi_align's pixels
     within one level (its rounding), and write only the slots they were given. Images of up
-    to 400 px into 24 x 20 need grids of up to 20 samples a bin: more taps than the kernel
-    variant the loader warms (gpucrop.MIN_TAPS)."""
+    to 400 px into 24 x 20: grids of up to 20 samples a bin."""
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(HERE.parent))
     done = subprocess.run([sys.executable, str(HERE / "crop_reference.py"), "cpu", "11",
                            str(count), str(channels), str(max_side), "24", "20"],
@@ -537,7 +536,7 @@ def test_crop_choice():
                                                    (4, 6, 4000)])
 def test_crop_kernel_matches_roi_align_on_cuda(seed, count, max_side):
     """As under the interpreter, at the training size; the last case with photos of up to
-    4,000 px (grids of up to 18 samples a bin into 224 x 224: past gpucrop.MIN_TAPS)."""
+    4,000 px (grids of up to 18 samples a bin into 224 x 224)."""
     sys.path.insert(0, str(HERE))
     from crop_reference import compare
     result = compare("cuda", seed, count, 3, max_side, (224, 224))
