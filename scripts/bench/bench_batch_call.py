@@ -9,7 +9,9 @@ decode.gpu_screen: no progressive JPEG is refused by the engines and decoded aga
 same nvImageCodec engine into planar RGB, through gpujpeg.NvImageCodecJpeg (one_call False,
 then True), and read each image's geometry for the crop kernel; each row reports images/s and
 the calling thread's CPU time per batch (the host work a lane thread does; the decoders' own
-threads are not in it). Pixels are compared on the first batch. Without a GPU (or with
+threads are not in it) and, on CUDA, the GPU time of a batch's kernels and of its copies
+(torch.profiler: the kernels are what a GPU-bound model shares). Pixels are compared on the
+first batch. Without a GPU (or with
 `--device cpu`) both use the CPU backend (libjpeg-turbo). `--regions-from PIXELS...` adds a
 row per value: the C call decoding the random-resized-crop box of each image of at least that
 many pixels as a region (NvImageCodecJpeg(regions_from=...), as IMAGELOADER_REGIONS_FROM sets
@@ -30,8 +32,8 @@ from imageloader.gpucrop import image_geometry  # noqa: E402
 from imageloader.gpujpeg import ENGINES  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_decoders import batches, crop_boxes, screened_jpegs  # noqa: E402  (same JPEGs, same
-#                                                                     batching, same crops)
+from bench_decoders import (batches, crop_boxes, gpu_ms_per_call,  # noqa: E402  (same JPEGs,
+                             screened_jpegs)  # same batching, same crops)
 
 
 def get_args_parser():
@@ -72,8 +74,13 @@ def timed(decoder, groups, passes: int, boxes=None) -> dict:
             n += len(group)
     sync()
     wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
-    return {"img_per_s": round(n / wall), "thread_cpu_ms_per_batch":
-            round(1000 * cpu / (passes * len(groups)), 3)}
+    row = {"img_per_s": round(n / wall), "thread_cpu_ms_per_batch":
+           round(1000 * cpu / (passes * len(groups)), 3)}
+    if decoder.device.type == "cuda":  # what a GPU-bound model shares: the kernels' SM time
+        queue = iter(list(zip(groups, boxes)))
+        row["gpu_ms_per_batch"] = gpu_ms_per_call(lambda: lane_way(decoder, *next(queue)),
+                                                  len(groups))
+    return row
 
 
 def sync() -> None:
@@ -128,8 +135,11 @@ def main(args) -> dict:
                                        "as regions", **timed_regions(device, args, datas, groups,
                                                                      regions_from)})
     for row in results["rows"]:
+        gpu = row.get("gpu_ms_per_batch")
         print(f"{row['row']:68s} {row['img_per_s']:8d} img/s  "
-              f"{row['thread_cpu_ms_per_batch']:7.2f} ms of the calling thread per batch")
+              f"{row['thread_cpu_ms_per_batch']:7.2f} ms of the calling thread per batch"
+              + (f"; GPU kernels {gpu['kernels']:.3f}, copies {gpu['copies']:.3f} ms" if gpu
+                 else ""))
     print("same pixels:", results["same_pixels"], "; decoded by one way only (first batch):",
           results["decoded_by_one_only"])
     if args.out:

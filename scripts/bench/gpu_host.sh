@@ -633,7 +633,8 @@ yuv() {  # probe_yuv.py: the engines decoding into planar RGB against the JPEGs'
 batchcall() {  # nvImageCodec's Python API against one C call per batch (bench_batch_call.py,
   # imageloader/nvbatch.py), decoders alone, both kinds of data; ENGINE (hw); and the C call
   # decoding the crops of images of REGIONS_FROM pixels or more as regions, a row per value
-  # ("1000000 250000 1": the large ones, most photos, every image as DALI does)
+  # ("1000000 250000 1": the large ones, most photos, every image as DALI does); each row with
+  # its GPU time per batch, kernels apart from copies
   local kind archive
   for kind in fixed photos; do
     archive="$data/$kind-16000.tgz"
