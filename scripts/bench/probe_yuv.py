@@ -71,23 +71,23 @@ def lane(decoder, yuv: bool, groups, seconds: float, counts: list, index: int) -
     counts[index] = done
 
 
-def rate(decoders, yuv: bool, groups, seconds: float, load=None) -> int:
-    """Images/s of the lanes together; with `load` (probe_gpu_share.GpuLoad), its steps are
-    counted over the same window."""
+def rate(decoders, yuv: bool, groups, seconds: float) -> int:
     counts = [0] * len(decoders)
     threads = [threading.Thread(target=lane, args=(d, yuv, groups, seconds, counts, k))
                for k, d in enumerate(decoders)]
-    start, steps = time.perf_counter(), load.steps if load else 0
+    start = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    if not threads:
-        time.sleep(seconds)
-    elapsed = time.perf_counter() - start
-    if load:
-        load.rate = (load.steps - steps) * load.batch / elapsed
-    return round(sum(counts) / elapsed)
+    return round(sum(counts) / (time.perf_counter() - start))
+
+
+def model_rate(load, batch: int, work) -> tuple[float, int]:
+    """(the graphed step's img/s while `work()` runs, what work() returned)."""
+    steps, start = load.steps, time.perf_counter()
+    result = work()
+    return (load.steps - steps) * batch / (time.perf_counter() - start), result
 
 
 def model_rows(args, decoders, groups) -> list[dict]:
@@ -101,19 +101,19 @@ def model_rows(args, decoders, groups) -> list[dict]:
         argparse.Namespace(batch_size=args.batch), 100)))
     rows = []
     with GpuLoad(graphed) as load:
-        load.batch = args.batch
         time.sleep(1.0)  # past cuDNN's and the clocks' warm-up
         for round_ in range(args.rounds):
             for output in ("alone", "RGB", "YCbCr", "alone"):
                 if output == "alone":
-                    rate([], False, groups, args.seconds, load)  # no lanes: the window only
-                    decoded = 0
+                    work = lambda: time.sleep(args.seconds) or 0  # noqa: E731
                 else:
-                    decoded = rate(decoders, output == "YCbCr", groups, args.seconds, load)
+                    work = lambda yuv=output == "YCbCr": rate(  # noqa: E731
+                        decoders, yuv, groups, args.seconds)
+                model, decoded = model_rate(load, args.batch, work)
                 rows.append({"round": round_, "model": args.beside, "beside": output,
-                             "model_img_per_s": round(load.rate), "decoded_img_per_s": decoded})
+                             "model_img_per_s": round(model), "decoded_img_per_s": decoded})
                 print(f"round {round_}  {args.beside} graphed, beside {output:5s}  "
-                      f"{load.rate:7.0f} img/s   lanes {decoded:6d} img/s", flush=True)
+                      f"{model:7.0f} img/s   lanes {decoded:6d} img/s", flush=True)
     return rows
 
 
@@ -121,7 +121,7 @@ def gpu_ms_per_batch(decoder, yuv: bool, groups) -> dict:
     """GPU time of what one lane's batches queue, per batch: CUDA kernels apart from copies
     and memsets (the JPEGs' bytes going in). Until 2026-11-28 the probe reported their sum
     (`kernel_ms_per_batch_*` in its results)."""
-    call, queue = decode_call(decoder, yuv), iter(groups * 2)
+    call, queue = decode_call(decoder, yuv), iter(groups)
     return gpu_ms_per_call(lambda: call(next(queue)), len(groups))
 
 
