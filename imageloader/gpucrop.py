@@ -38,6 +38,9 @@ BLOCK = 256  # output pixels per program
 # handle. A launch is a few tens of microseconds: one at a time costs nothing measurable.
 _LAUNCH = threading.Lock()
 TABLE_COLUMNS = 12
+# Taps per output line beyond its grid of g samples: they touch at most g + 1 source lines, and
+# one more leaves room for float rounding at line boundaries.
+EXTRA_TAPS = 2
 
 
 def available(device: torch.device) -> bool:
@@ -61,9 +64,7 @@ def crop_resize_flip(images: list, boxes: np.ndarray, slots: list[int],
         return
     out_h, out_w, channels = out.shape[1:]
     ints, floats = _image_table(images, boxes, slots, out_h, out_w)
-    # Each axis's taps per output row / column: a grid of g samples per bin touches at most
-    # g + 1 source lines (g + 2 leaves room for float rounding at line boundaries).
-    taps = ints[:, 4:6] + 2
+    taps = ints[:, 4:6] + EXTRA_TAPS  # per output row / column: its weights' row width
     lengths = taps * np.array([out_h, out_w])
     ends = np.cumsum(lengths.reshape(-1))
     ints[:, 10:12] = (ends - lengths.reshape(-1)).reshape(-1, 2)
@@ -76,10 +77,12 @@ def crop_resize_flip(images: list, boxes: np.ndarray, slots: list[int],
     starts = torch.empty((count, 2, out_pow2 + 1), dtype=torch.int32, device=out.device)
     with _LAUNCH:
         _axis_weights_kernel[(count, 2)](ints, box, weights, starts, out_h, out_w,
+                                         COLUMNS=TABLE_COLUMNS, EXTRA=EXTRA_TAPS,
                                          OUT_POW2=out_pow2)
         _weighted_crop_kernel[(count, triton.cdiv(out_h * out_w, BLOCK))](
-            ints, weights, starts, out, out_h, out_w, channels, OUT_POW2=out_pow2,
-            BLOCK=BLOCK, CHANNELS_POW2=triton.next_power_of_2(channels))
+            ints, weights, starts, out, out_h, out_w, channels, COLUMNS=TABLE_COLUMNS,
+            EXTRA=EXTRA_TAPS, OUT_POW2=out_pow2, BLOCK=BLOCK,
+            CHANNELS_POW2=triton.next_power_of_2(channels))
 
 
 def image_geometry(image) -> tuple[int, int, int, int, int, int]:
@@ -121,15 +124,16 @@ def _image_table(images, boxes, slots, out_h, out_w) -> tuple[np.ndarray, np.nda
 if triton is not None:
     @triton.jit
     def _axis_weights_kernel(ints, floats, weights, starts, out_h, out_w,
+                             COLUMNS: tl.constexpr, EXTRA: tl.constexpr,
                              OUT_POW2: tl.constexpr):
         """For one image and one axis (0: rows, 1: columns): each output line's first source
-        line and the weight of each of the grid + 2 source lines from there on, i.e. the sum
+        line and the weight of each of the grid + EXTRA source lines from there on, i.e. the sum
         of roi_align's bilinear weights over the line's grid of samples, divided by the
         grid's size. Tap by tap, each summing every sample: O(grid^2) a line, but no array
         whose size depends on the grid, hence one compiled kernel for every photo."""
         image = tl.program_id(0)
         axis = tl.program_id(1)
-        row = ints + image * 12  # TABLE_COLUMNS
+        row = ints + image * COLUMNS
         length = tl.load(row + 1 + axis).to(tl.int32)  # height, width
         grid = tl.load(row + 4 + axis).to(tl.int32)
         offset = tl.load(row + 10 + axis)
@@ -142,7 +146,7 @@ if triton is not None:
         step = bin_size / grid.to(tl.float32)
         first = origin + line.to(tl.float32) * bin_size + 0.5 * step
         start = tl.minimum(tl.maximum(first, 0.0), edge).to(tl.int32)
-        width = grid + 2
+        width = grid + EXTRA
         used = tl.zeros((OUT_POW2,), tl.int32)
         for tap in range(width):
             source = (start + tap).to(tl.float32)
@@ -165,19 +169,20 @@ if triton is not None:
 
     @triton.jit
     def _weighted_crop_kernel(ints, weights, starts, out, out_h, out_w, channels,
+                              COLUMNS: tl.constexpr, EXTRA: tl.constexpr,
                               OUT_POW2: tl.constexpr, BLOCK: tl.constexpr,
                               CHANNELS_POW2: tl.constexpr):
         """Each output pixel: the sum of its source window weighted by row weight x column
         weight (_axis_weights_kernel), roi_align's area sampling with each source pixel read
         once instead of once per bilinear sample that touches it."""
         image = tl.program_id(0)
-        row = ints + image * 12  # TABLE_COLUMNS
+        row = ints + image * COLUMNS
         src = tl.load(row).to(tl.pointer_type(tl.uint8))
         height = tl.load(row + 1).to(tl.int32)
         width = tl.load(row + 2).to(tl.int32)
         slot = tl.load(row + 3)
-        row_width = tl.load(row + 4).to(tl.int32) + 2
-        col_width = tl.load(row + 5).to(tl.int32) + 2
+        row_width = tl.load(row + 4).to(tl.int32) + EXTRA
+        col_width = tl.load(row + 5).to(tl.int32) + EXTRA
         flip = tl.load(row + 6)
         stride_c = tl.load(row + 7)
         stride_y = tl.load(row + 8)
