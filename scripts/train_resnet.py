@@ -20,6 +20,7 @@ import gc
 import json
 import math
 import os
+import statistics
 import sys
 import time
 import traceback
@@ -224,6 +225,26 @@ def each_rank(value: float, args, device) -> list[float]:
     return slots.tolist()
 
 
+def median_and_p90(values: list[float]) -> str:
+    """'p50/p90' of a rank's step times, or '-' for a window too short to have them."""
+    if len(values) < 2:
+        return "-"
+    deciles = statistics.quantiles(values, n=10)
+    return f"{statistics.median(values):.1f}/{deciles[-1]:.1f}"
+
+
+def each_rank_series(values: list[float], capacity: int, args, device) -> list[list[float]]:
+    """Every rank's list of `values` (at most `capacity` each, lengths may differ), in rank
+    order: one all_reduce of a table holding each rank's length and values in its row."""
+    slots = torch.zeros(args.world_size, capacity + 1, dtype=torch.float64, device=device)
+    kept = values[:capacity]
+    slots[args.rank, 0] = len(kept)
+    slots[args.rank, 1:1 + len(kept)] = torch.tensor(kept, dtype=torch.float64)
+    if dist.is_initialized():
+        dist.all_reduce(slots)
+    return [row[1:1 + int(row[0])] for row in slots.tolist()]
+
+
 def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=None,
                     save=None) -> dict:
     model.train()
@@ -235,6 +256,11 @@ def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=
     correct = torch.zeros((), device=device, dtype=torch.long)
     seen, wait_s, start = 0, 0.0, time.perf_counter()
     steady_seen, steady_start, steady_wait0 = 0, None, 0.0
+    # Each steady step's host time and the part of it spent waiting for data, per rank: under
+    # DDP every step lasts as long as the slower rank's, so a rank's spread of step times (not
+    # only its mean) says what a second rank costs (scripts/bench/lockstep.py reads them).
+    step_ms: list[float] = []
+    wait_ms: list[float] = []
     bar = tqdm(total=steps * loader.batch_size, desc=f"epoch {epoch}", unit="img",
                leave=False, disable=None if is_main() else True, dynamic_ncols=True)
     first = loader.state_dict()["batches"]  # > 0 when resuming mid-epoch
@@ -249,7 +275,8 @@ def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=
                 steady_seen, steady_start, steady_wait0 = seen, time.perf_counter(), wait_s
             t0 = time.perf_counter()
             batch = next(batches, None)  # host time blocked on data (decode, or CPU transfer)
-            wait_s += time.perf_counter() - t0
+            waited = time.perf_counter() - t0
+            wait_s += waited
             if batch is None:  # fewer batches than scanned: some images failed to decode
                 break
             images, labels = batch
@@ -264,6 +291,9 @@ def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=
             correct += (logits.argmax(1) == labels).sum()
             seen += len(labels)
             bar.update(len(labels))
+            if steady_start is not None:
+                step_ms.append(round(1000 * (time.perf_counter() - t0), 3))
+                wait_ms.append(round(1000 * waited, 3))
             if profiler is not None:
                 profiler.step()
             if save is not None and args.save_every and (step + 1) % args.save_every == 0:
@@ -295,6 +325,8 @@ def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=
                              if steady_start is not None else 0.0, args, device)
     return {"train_loss": loss, "train_acc": acc, "img_per_s": seen_total / seconds,
             "steady_img_per_s": steady, "steady_wait_pct_per_rank": steady_waits,
+            "steady_step_ms_per_rank": each_rank_series(step_ms, steps, args, device),
+            "steady_wait_ms_per_rank": each_rank_series(wait_ms, steps, args, device),
             "data_wait_pct": 100 * wait_s / seconds, "seconds": seconds,
             "lr": sched.get_last_lr()[0]}
 
@@ -497,7 +529,9 @@ def fit(model, train, val, ckpt, out_dir: Path, args) -> dict:
             say(f"steady: {metrics['steady_img_per_s']:.0f} img/s after {args.steady_after} "
                 f"steps ({metrics['steady_img_per_s'] / args.world_size:.0f} per rank), "
                 f"waiting for data: " + " ".join(
-                    f"{w:.0f}%" for w in metrics["steady_wait_pct_per_rank"]))
+                    f"{w:.0f}%" for w in metrics["steady_wait_pct_per_rank"])
+                + "; steps p50/p90 ms: " + " ".join(
+                    median_and_p90(ms) for ms in metrics["steady_step_ms_per_rank"]))
         if is_main():
             with open(out_dir / "metrics.jsonl", "a") as f:
                 f.write(json.dumps({**metrics, "arch": args.arch, "ranks": args.world_size,

@@ -837,3 +837,27 @@ def test_host_memory_counts_shared_pages_once_in_pss_and_per_process_in_rss(monk
         child.join(30)
         segment.close()
         segment.unlink()
+
+
+# --- lockstep ---------------------------------------------------------------------------
+
+
+def test_lockstep_is_the_mean_of_the_longer_of_every_pair_of_steps(monkeypatch, tmp_path, capsys):
+    lockstep = load_script("lockstep", monkeypatch)
+    steps = [20.0, 20.0, 20.0, 40.0]
+    brute = [max(a, b) for a in steps for b in steps]
+    assert lockstep.mean_of_pairwise_max(steps) == pytest.approx(sum(brute) / len(brute))
+    assert lockstep.mean_of_pairwise_max([5.0, 5.0]) == 5.0  # no spread, no lockstep cost
+    rows = [{"row": "1 GPU", "steady_step_ms_per_rank": [steps],
+             "steady_wait_ms_per_rank": [[0.0, 0.0, 0.0, 4.0]]},
+            {"row": "2 GPUs", "steady_step_ms_per_rank": [[30.0, 32.0], [31.0, 31.0]],
+             "steady_wait_ms_per_rank": [[1.0, 1.0], [0.0, 2.0]]},
+            {"row": "older metrics, no step times"}]
+    metrics = tmp_path / "ddp.jsonl"
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(sys, "argv", ["lockstep.py", str(metrics)])
+    lockstep.main()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["1 GPU: mean step 25.00 ms (waits 1.00 ms); two such ranks in lockstep: "
+                     "28.75 ms",
+                     "2 GPUs: mean step 31.00 31.00 ms (waits 1.00 1.00 ms)"]

@@ -76,6 +76,10 @@ def test_train_with_a_worker_process(script, tmp_path: Path) -> None:
     assert 0 <= result["data_wait_pct"] <= 100 and result["img_per_s"] > 0
     (waited,) = result["steady_wait_pct_per_rank"]  # one rank: its share of the steady window
     assert 0 <= waited <= 100
+    # Each steady step's host time and its wait, one list per rank: 40 steps, 10 of warm-up.
+    (step_ms,), (wait_ms,) = result["steady_step_ms_per_rank"], result["steady_wait_ms_per_rank"]
+    assert len(step_ms) == len(wait_ms) == 30
+    assert all(0 <= w <= s for s, w in zip(step_ms, wait_ms)) and min(step_ms) > 0
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["loader"]["workers"] for line in lines] == [1, 1]
 
@@ -154,6 +158,8 @@ def test_two_ranks_under_torchrun_share_what_the_host_has(tmp_path) -> None:
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["loader"]["batches"] == 3
     assert len(json.loads(lines[0])["steady_wait_pct_per_rank"]) == 2  # each rank's own
+    # 3 steps, none past the default 10 of warm-up: each rank's list of step times is empty.
+    assert json.loads(lines[0])["steady_step_ms_per_rank"] == [[], []]
 
 
 def test_a_failed_run_frees_its_ddp_model_before_leaving_the_group(script, monkeypatch, tmp_path):

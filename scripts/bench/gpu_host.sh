@@ -356,7 +356,10 @@ ddp() {  # 2-GPU host: why does ResNet-18 lose more per GPU beside a second rank
   # timeline of rank 0's steps 40-44, one GPU against two (train_resnet.py --profile), with
   # the GPU's idle and NCCL time and the steps' host time (PROFILE=0: none); the profiled
   # runs' own rates include the trace's export.
-  # ARCH=resnet50 and `ddp photos` change the model and the data.
+  # ARCH=resnet50 and `ddp photos` change the model and the data. SHORT=1: per round only the
+  # rows one GPU, two 1-GPU runs at once and two GPUs under DDP (~4 min for 2 rounds);
+  # PROFILE_ONLY=1: only the timeline. Last, lockstep.py: each row's mean step time per rank,
+  # and for the 1-GPU rows what two such ranks in lockstep would take per step.
   local kind=${1:-fixed} archive val work
   archive="$data/$kind-32000.tgz" val="$data/val-1000.tgz" work=$(mktemp -d)
   ensure_archive "$archive" --sizes "$kind" --images 32000
@@ -381,15 +384,23 @@ ddp() {  # 2-GPU host: why does ResNet-18 lose more per GPU beside a second rank
       labelled "$work/$g/metrics.jsonl" "pair-$g" >> "$out/ddp-$kind.jsonl"
     done
   }
-  row "ceiling, 1 GPU" $one $train --data-on-gpu
-  row "ceiling, 2 GPUs" $two $train --data-on-gpu --pin-cores
+  local rows=1; [ "${PROFILE_ONLY:-0}" = 1 ] && rows=0  # PROFILE_ONLY=1: the timeline alone
+  if [ $rows = 1 ] && [ "${CEILINGS:-1}" = 1 ]; then  # CEILINGS=0: leave them out
+    row "ceiling, 1 GPU" $one $train --data-on-gpu
+    row "ceiling, 2 GPUs" $two $train --data-on-gpu --pin-cores
+  fi
   for round in $(seq 1 "${ROUNDS:-2}"); do
-    row "1 GPU" $one $train
-    pair
-    row "2 GPUs" $two $train --pin-cores
-    row "2 GPUs, TORCH_NCCL_HIGH_PRIORITY=1" env TORCH_NCCL_HIGH_PRIORITY=1 $two $train --pin-cores
-    row "2 GPUs, lanes hw" $two $train --pin-cores --gpu-lanes hw
-    row "2 GPUs, gradients copied into the buckets" $two $train --pin-cores --no-grad-bucket-view
+    if [ $rows = 1 ]; then
+      row "1 GPU" $one $train
+      pair
+      row "2 GPUs" $two $train --pin-cores
+    fi
+    [ "${SHORT:-0}" = 1 ] && continue  # SHORT=1: those three rows only (where the loss is)
+    if [ $rows = 1 ]; then
+      row "2 GPUs, TORCH_NCCL_HIGH_PRIORITY=1" env TORCH_NCCL_HIGH_PRIORITY=1 $two $train --pin-cores
+      row "2 GPUs, lanes hw" $two $train --pin-cores --gpu-lanes hw
+      row "2 GPUs, gradients copied into the buckets" $two $train --pin-cores --no-grad-bucket-view
+    fi
     if [ "$round" = 1 ] && [ "${PROFILE:-1}" = 1 ]; then
       $one $train --epochs 1 --profile --profile-at 40 --out-dir "$work/g1" 2>&1 \
         | grep '^steady' | sed "s/^/$kind, 1 GPU, profiled: /"
@@ -403,6 +414,9 @@ ddp() {  # 2-GPU host: why does ResNet-18 lose more per GPU beside a second rank
       for g in g1 g2; do gzip -c "$work/$g/trace.json" > "$out/trace-$kind-$g.json.gz"; done
     fi
   done
+  # Are the 2-GPU steps as long as two one-GPU ranks in lockstep would make them?
+  [ -f "$out/ddp-$kind.jsonl" ] && python3 $here/lockstep.py "$out/ddp-$kind.jsonl" \
+    | tee "$out/lockstep-$kind.log"
 }
 
 host() {  # 2-GPU host: what two runs on one host take from each other, without DDP (the ddp

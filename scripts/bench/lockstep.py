@@ -1,0 +1,60 @@
+"""What lockstep alone would cost two ranks: each one-GPU run's steady step times, drawn in
+pairs, against the step times two DDP ranks had.
+
+Under DDP every step ends when the slower rank's gradients are in, so two ranks whose steps
+were as long as one GPU's but varied independently would take, per step, the longer of two
+draws from the one-GPU distribution. If the 2-GPU steps are about that long, the spread of a
+rank's steps (its late batches, its host's hiccups) is what a second rank costs; if they are
+longer, something else is (the all-reduce's own time, the ranks slowing each other's host).
+
+Reads the metrics lines `gpu_host.sh OUT ddp` gathers (train_resnet.py's
+`steady_step_ms_per_rank`, each labelled with its "row"):
+
+    python scripts/bench/lockstep.py OUT/ddp-photos.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+
+def mean_of_pairwise_max(steps: list[float]) -> float:
+    """The mean of max(a, b) over every ordered pair of draws (with replacement): what a step
+    lasts when two independent ranks, each like this one, must both finish it."""
+    ordered = sorted(steps)
+    n = len(ordered)
+    # In sorted order the i-th value is the larger of a pair in 2i + 1 of the n² pairs.
+    return sum(value * (2 * i + 1) for i, value in enumerate(ordered)) / (n * n)
+
+
+def describe(row: dict) -> dict:
+    """A metrics line's step times: each rank's mean, and for one rank its lockstep mean."""
+    ranks = row.get("steady_step_ms_per_rank") or []
+    means = [statistics.fmean(steps) for steps in ranks if steps]
+    waits = [statistics.fmean(w) for w in row.get("steady_wait_ms_per_rank") or [] if w]
+    out = {"row": row.get("row", "?"), "ranks": len(ranks), "step_ms": means, "wait_ms": waits}
+    if len(ranks) == 1 and len(ranks[0]) > 1:
+        out["two_in_lockstep_ms"] = mean_of_pairwise_max(ranks[0])
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("metrics", type=Path, help="a .jsonl of train_resnet.py metrics lines")
+    args = parser.parse_args()
+    for line in args.metrics.read_text().splitlines():
+        row = describe(json.loads(line))
+        if not row["step_ms"]:
+            continue
+        text = (f"{row['row']}: mean step "
+                + " ".join(f"{m:.2f}" for m in row["step_ms"]) + " ms (waits "
+                + " ".join(f"{w:.2f}" for w in row["wait_ms"]) + " ms)")
+        if "two_in_lockstep_ms" in row:
+            text += f"; two such ranks in lockstep: {row['two_in_lockstep_ms']:.2f} ms"
+        print(text)
+
+
+if __name__ == "__main__":
+    main()
