@@ -82,6 +82,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     a("--prefetch", type=int, default=2, help="batches copied to the GPU ahead (0 = sync)")
     a("--gpu-lanes", default=None, help="GPU decoding's lanes (imageloader Options.gpu_lanes, "
       "e.g. hw or hw|cuda:8); default: the loader's choice for this GPU")
+    a("--switch-interval", type=float, default=None, help="sys.setswitchinterval, seconds "
+      "(Python's default 0.005): how long the training thread or a loader thread may hold the "
+      "GIL while the other waits for it")
     a("--seed", type=int, default=0, help="seed of init, shuffle and augmentation")
     a("--device", default=None, help="cuda, cuda:1, cpu (default: cuda if available; under "
       "torchrun: the rank's GPU, shared round-robin if ranks outnumber GPUs)")
@@ -431,6 +434,8 @@ def leave_process_group() -> None:
 
 def run(args, device, ckpt) -> dict:
     torch.manual_seed(args.seed)
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     torch.backends.cudnn.benchmark = True  # fixed input shapes: autotune the convs once
     classes = ckpt["classes"] if ckpt else None  # resuming: the head's classes, not a rescan
     if args.evaluate:

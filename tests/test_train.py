@@ -254,3 +254,14 @@ def test_pin_cores_gives_each_local_rank_its_own_half(local_rank) -> None:
     half = len(allowed) // 2
     mine = allowed[local_rank * half:(local_rank + 1) * half]
     assert out == [str(mine), str(mine)]
+
+
+def test_switch_interval_reaches_the_interpreter(script, tmp_path, monkeypatch) -> None:
+    """--switch-interval sets the GIL's switch interval before training starts."""
+    set_to = []
+    monkeypatch.setattr(script.sys, "setswitchinterval", set_to.append)
+    run(script, "--epochs", "1", "--max-steps", "2", "--workers", "0", "--switch-interval",
+        "0.0005", "--out-dir", str(tmp_path / "short"))
+    assert set_to == [0.0005]
+    # Not given, the interpreter's own stays (run() sets it only when the flag is given).
+    assert script.get_args_parser().parse_args([]).switch_interval is None

@@ -26,6 +26,8 @@
 #                                                    # (ARCH=resnet50: ResNet-50's)
 #   bash scripts/bench/gpu_host.sh OUT_DIR ddp fixed  # 2-GPU host: why ResNet-18 loses more
 #   bash scripts/bench/gpu_host.sh OUT_DIR ddp photos # per GPU beside a second rank, ~9 min each
+#   bash scripts/bench/gpu_host.sh OUT_DIR spread [photos|fixed]  # one GPU: how uneven
+#                                 # ResNet-18's fed steps are (DDP's lockstep cost), ~5 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR host      # 2-GPU host: what two runs take from each
 #                                                    # other without DDP; shared cores, ~8 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR beside    # 2-GPU host: which neighbour slows a
@@ -345,6 +347,40 @@ share() {  # probe_gpu_share.py: the loader beside a graphed ResNet-18 step (the
     | tee "$out/gpu-share.log" | tail -20
 }
 
+train_row() {  # JSONL LABEL COMMAND...: a train_resnet.py run's last steady line, as
+  # "KIND, LABEL: ...", and its last metrics line labelled in JSONL (`kind`, `work`: the
+  # calling part's)
+  local jsonl=$1 label=$2; shift 2
+  rm -rf "$work/r"
+  "$@" --out-dir "$work/r" 2>&1 | grep '^steady' | tail -1 | sed "s/^/$kind, $label: /"
+  labelled "$work/r/metrics.jsonl" "$label" >> "$jsonl"
+}
+
+spread() {  # KIND: one GPU, how uneven the fed model's steps are and what two DDP ranks like
+  # it would take per step in lockstep (lockstep.py; on 2 x H200 that prediction met the DDP
+  # steps within 1 ms: results/2026-11-28-h200x2-lockstep), so that what evens ResNet-18's
+  # steps can be tried on a one-GPU host. ARCH (resnet18), decode="cuda", 2 epochs of 60 steps
+  # on 16 cores, the second's steady window; rows interleaved ROUNDS (2) times: the data on the
+  # GPU; fed by the defaults; with the GIL's switch interval at 0.5 ms; with prefetch 4; with
+  # one lane of the engines. ~5 min
+  local kind=${1:-photos} archive val work
+  archive="$data/$kind-16000.tgz" val="$data/val-1000.tgz" work=$(mktemp -d)
+  ensure_archive "$archive" --sizes "$kind" --images 16000
+  ensure_archive "$val" --images 1000 --seed 1
+  local train="env CUDA_VISIBLE_DEVICES=${GPU:-0} taskset -c 0-15 python3 scripts/train_resnet.py
+    --data $archive --val $val --size 224 --batch-size 256 --epochs 2 --max-steps 60
+    --workers 15 --print-every 0 --decode cuda --arch ${ARCH:-resnet18}"
+  local jsonl="$out/spread-$kind.jsonl" round
+  for round in $(seq 1 "${ROUNDS:-2}"); do
+    train_row "$jsonl" "data on the GPU" $train --data-on-gpu
+    train_row "$jsonl" "fed" $train
+    train_row "$jsonl" "fed, switch interval 0.5 ms" $train --switch-interval 0.0005
+    train_row "$jsonl" "fed, prefetch 4" $train --prefetch 4
+    train_row "$jsonl" "fed, lanes hw" $train --gpu-lanes hw
+  done
+  python3 $here/lockstep.py "$jsonl" | tee "$out/lockstep-$kind.log"
+}
+
 ddp() {  # 2-GPU host: why does ResNet-18 lose more per GPU beside a second rank than alone,
   # though no rank waits for its batch (results/2026-11-26-h200x2-waits)? decode="cuda" (no
   # trial), 2 epochs of 60 steps, the second epoch's steady rate, rows interleaved (ROUNDS):
@@ -368,12 +404,7 @@ ddp() {  # 2-GPU host: why does ResNet-18 lose more per GPU beside a second rank
     --epochs 2 --max-steps 60 --workers 15 --print-every 0 --decode cuda --arch ${ARCH:-resnet18}"
   local one="env CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 python3"
   local two="python3 -m torch.distributed.run --nproc-per-node=2"
-  row() {  # LABEL COMMAND...: its last epoch's steady line, and its metrics in ddp-KIND.jsonl
-    local label=$1; shift
-    rm -rf "$work/r"
-    "$@" --out-dir "$work/r" 2>&1 | grep '^steady' | tail -1 | sed "s/^/$kind, $label: /"
-    labelled "$work/r/metrics.jsonl" "$label" >> "$out/ddp-$kind.jsonl"
-  }
+  row() { train_row "$out/ddp-$kind.jsonl" "$@"; }
   pair() {  # two independent one-GPU runs at once, each on its own GPU and 16 cores
     rm -rf "$work/a" "$work/b"
     on 0 0-15 a $train --out-dir "$work/a" &
@@ -666,6 +697,7 @@ case "$part" in
   bench|overlap|remote|decoders|trial|threads|packers|share|batchcall|suspects|yuv) "$part" ;;
   profile) profile "${3:-photos}" 2>&1 | tee "$out/profile-${3:-photos}.log" ;;
   ddp) ddp "${3:-fixed}" 2>&1 | tee "$out/ddp-${3:-fixed}.log" ;;
+  spread) spread "${3:-photos}" 2>&1 | tee "$out/spread-${3:-photos}.log" ;;
   host) host "${3:-fixed}" 2>&1 | tee "$out/host-${3:-fixed}.log" ;;
   beside) beside 2>&1 | tee "$out/beside.log" ;;
   spy) spy "${3:-fixed}" ;;
