@@ -228,6 +228,11 @@ def each_rank(value: float, args, device) -> list[float]:
     return slots.tolist()
 
 
+# Steady steps whose times the metrics keep per epoch: enough for their spread, and an
+# ImageNet epoch's 5,000 would make each metrics line ~100 KB.
+STEP_TIMES_KEPT = 1000
+
+
 def median_and_p90(values: list[float]) -> str:
     """'p50/p90' of a rank's step times, or '-' for a window too short to have them."""
     if len(values) < 2:
@@ -294,7 +299,7 @@ def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=
             correct += (logits.argmax(1) == labels).sum()
             seen += len(labels)
             bar.update(len(labels))
-            if steady_start is not None:
+            if steady_start is not None and len(step_ms) < STEP_TIMES_KEPT:
                 step_ms.append(round(1000 * (time.perf_counter() - t0), 3))
                 wait_ms.append(round(1000 * waited, 3))
             if profiler is not None:
@@ -328,8 +333,8 @@ def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=
                              if steady_start is not None else 0.0, args, device)
     return {"train_loss": loss, "train_acc": acc, "img_per_s": seen_total / seconds,
             "steady_img_per_s": steady, "steady_wait_pct_per_rank": steady_waits,
-            "steady_step_ms_per_rank": each_rank_series(step_ms, steps, args, device),
-            "steady_wait_ms_per_rank": each_rank_series(wait_ms, steps, args, device),
+            "steady_step_ms_per_rank": each_rank_series(step_ms, STEP_TIMES_KEPT, args, device),
+            "steady_wait_ms_per_rank": each_rank_series(wait_ms, STEP_TIMES_KEPT, args, device),
             "data_wait_pct": 100 * wait_s / seconds, "seconds": seconds,
             "lr": sched.get_last_lr()[0]}
 

@@ -256,12 +256,16 @@ def test_pin_cores_gives_each_local_rank_its_own_half(local_rank) -> None:
     assert out == [str(mine), str(mine)]
 
 
-def test_switch_interval_reaches_the_interpreter(script, tmp_path, monkeypatch) -> None:
-    """--switch-interval sets the GIL's switch interval before training starts."""
+def test_switch_interval_reaches_the_interpreter_and_step_times_are_capped(
+        script, tmp_path, monkeypatch) -> None:
+    """--switch-interval sets the GIL's switch interval before training starts; the metrics
+    keep at most STEP_TIMES_KEPT steady step times per rank (an epoch may hold thousands)."""
     set_to = []
     monkeypatch.setattr(script.sys, "setswitchinterval", set_to.append)
-    run(script, "--epochs", "1", "--max-steps", "2", "--workers", "0", "--switch-interval",
-        "0.0005", "--out-dir", str(tmp_path / "short"))
+    monkeypatch.setattr(script, "STEP_TIMES_KEPT", 3)
+    result = run(script, "--epochs", "1", "--max-steps", "14", "--workers", "0",
+                 "--switch-interval", "0.0005", "--out-dir", str(tmp_path / "short"))
     assert set_to == [0.0005]
+    assert [len(ms) for ms in result["steady_step_ms_per_rank"]] == [3]  # of 4 steady steps
     # Not given, the interpreter's own stays (run() sets it only when the flag is given).
     assert script.get_args_parser().parse_args([]).switch_interval is None
