@@ -6,6 +6,8 @@ were as long as one GPU's but varied independently would take, per step, the lon
 draws from the one-GPU distribution. If the 2-GPU steps are about that long, the spread of a
 rank's steps (its late batches, its host's hiccups) is what a second rank costs; if they are
 longer, something else is (the all-reduce's own time, the ranks slowing each other's host).
+The same figures without each step's wait for data say how much of it the host's own spread
+makes, apart from late batches.
 
 Reads the metrics lines `gpu_host.sh OUT ddp` gathers (train_resnet.py's
 `steady_step_ms_per_rank`, each labelled with its "row"):
@@ -37,6 +39,12 @@ def describe(row: dict) -> dict:
     out = {"row": row.get("row", "?"), "ranks": len(ranks), "step_ms": means, "wait_ms": waits}
     if len(ranks) == 1 and len(ranks[0]) > 1:
         out["two_in_lockstep_ms"] = mean_of_pairwise_max(ranks[0])
+        # The same without the waits for data: what the host's own spread would cost alone.
+        waits = (row.get("steady_wait_ms_per_rank") or [[]])[0]
+        if len(waits) == len(ranks[0]):
+            work = [step - wait for step, wait in zip(ranks[0], waits)]
+            out["work_ms"] = statistics.fmean(work)
+            out["work_in_lockstep_ms"] = mean_of_pairwise_max(work)
     return out
 
 
@@ -53,6 +61,9 @@ def main() -> None:
                 + " ".join(f"{w:.2f}" for w in row["wait_ms"]) + " ms)")
         if "two_in_lockstep_ms" in row:
             text += f"; two such ranks in lockstep: {row['two_in_lockstep_ms']:.2f} ms"
+        if "work_in_lockstep_ms" in row:
+            text += (f"; without the waits {row['work_ms']:.2f} ms, in lockstep "
+                     f"{row['work_in_lockstep_ms']:.2f} ms")
         print(text)
 
 
