@@ -253,6 +253,45 @@ def each_rank_series(values: list[float], capacity: int, args, device) -> list[l
     return [row[1:1 + int(row[0])] for row in slots.tolist()]
 
 
+class StepTimes:
+    """Each steady step's host time and its phases (the wait for data, the forward pass with
+    the loss, the backward pass; the rest is the optimizer's step and the bookkeeping), at most
+    `kept` steps. Under DDP every step lasts as long as the slower rank's, so a rank's spread of
+    step times (not only its mean) says what a second rank costs, and the phase that varies
+    says where (scripts/bench/lockstep.py reads them)."""
+
+    PHASES = ("wait", "forward", "backward")
+
+    def __init__(self, kept: int):
+        self.kept = kept
+        self.steps: list[float] = []
+        self.phases: dict[str, list[float]] = {phase: [] for phase in self.PHASES}
+        self._start = self._last = 0.0
+        self._marks: dict[str, float] = {}
+
+    def begin(self) -> None:
+        self._start = self._last = time.perf_counter()
+        self._marks = {}
+
+    def mark(self, phase: str) -> float:
+        """The seconds since the last mark (or begin), recorded as `phase`."""
+        now = time.perf_counter()
+        self._marks[phase], self._last = now - self._last, now
+        return self._marks[phase]
+
+    def end(self, keep: bool) -> None:
+        if keep and len(self.steps) < self.kept:
+            self.steps.append(round(1000 * (time.perf_counter() - self._start), 3))
+            for phase in self.PHASES:
+                self.phases[phase].append(round(1000 * self._marks.get(phase, 0.0), 3))
+
+    def gathered(self, args, device) -> dict:
+        """Every rank's lists, for the metrics: steady_step_ms_per_rank and one per phase."""
+        lists = {"step": self.steps, **self.phases}
+        return {f"steady_{name}_ms_per_rank": each_rank_series(values, self.kept, args, device)
+                for name, values in lists.items()}
+
+
 def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=None,
                     save=None) -> dict:
     model.train()
@@ -264,11 +303,7 @@ def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=
     correct = torch.zeros((), device=device, dtype=torch.long)
     seen, wait_s, start = 0, 0.0, time.perf_counter()
     steady_seen, steady_start, steady_wait0 = 0, None, 0.0
-    # Each steady step's host time and the part of it spent waiting for data, per rank: under
-    # DDP every step lasts as long as the slower rank's, so a rank's spread of step times (not
-    # only its mean) says what a second rank costs (scripts/bench/lockstep.py reads them).
-    step_ms: list[float] = []
-    wait_ms: list[float] = []
+    times = StepTimes(STEP_TIMES_KEPT)
     bar = tqdm(total=steps * loader.batch_size, desc=f"epoch {epoch}", unit="img",
                leave=False, disable=None if is_main() else True, dynamic_ncols=True)
     first = loader.state_dict()["batches"]  # > 0 when resuming mid-epoch
@@ -281,27 +316,26 @@ def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 steady_seen, steady_start, steady_wait0 = seen, time.perf_counter(), wait_s
-            t0 = time.perf_counter()
+            times.begin()
             batch = next(batches, None)  # host time blocked on data (decode, or CPU transfer)
-            waited = time.perf_counter() - t0
-            wait_s += waited
+            wait_s += times.mark("wait")
             if batch is None:  # fewer batches than scanned: some images failed to decode
                 break
             images, labels = batch
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.amp):
                 logits = model(images)
                 loss = criterion(logits, labels)
+            times.mark("forward")
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            times.mark("backward")
             opt.step()
             sched.step()
             loss_sum += loss.detach() * len(labels)
             correct += (logits.argmax(1) == labels).sum()
             seen += len(labels)
             bar.update(len(labels))
-            if steady_start is not None and len(step_ms) < STEP_TIMES_KEPT:
-                step_ms.append(round(1000 * (time.perf_counter() - t0), 3))
-                wait_ms.append(round(1000 * waited, 3))
+            times.end(keep=steady_start is not None)
             if profiler is not None:
                 profiler.step()
             if save is not None and args.save_every and (step + 1) % args.save_every == 0:
@@ -333,8 +367,7 @@ def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=
                              if steady_start is not None else 0.0, args, device)
     return {"train_loss": loss, "train_acc": acc, "img_per_s": seen_total / seconds,
             "steady_img_per_s": steady, "steady_wait_pct_per_rank": steady_waits,
-            "steady_step_ms_per_rank": each_rank_series(step_ms, STEP_TIMES_KEPT, args, device),
-            "steady_wait_ms_per_rank": each_rank_series(wait_ms, STEP_TIMES_KEPT, args, device),
+            **times.gathered(args, device),
             "data_wait_pct": 100 * wait_s / seconds, "seconds": seconds,
             "lr": sched.get_last_lr()[0]}
 

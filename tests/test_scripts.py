@@ -849,7 +849,9 @@ def test_lockstep_is_the_mean_of_the_longer_of_every_pair_of_steps(monkeypatch, 
     assert lockstep.mean_of_pairwise_max(steps) == pytest.approx(sum(brute) / len(brute))
     assert lockstep.mean_of_pairwise_max([5.0, 5.0]) == 5.0  # no spread, no lockstep cost
     rows = [{"row": "1 GPU", "steady_step_ms_per_rank": [steps],
-             "steady_wait_ms_per_rank": [[0.0, 0.0, 0.0, 4.0]]},
+             "steady_wait_ms_per_rank": [[0.0, 0.0, 0.0, 4.0]],
+             "steady_forward_ms_per_rank": [[5.0, 5.0, 5.0, 5.0]],
+             "steady_backward_ms_per_rank": [[10.0, 10.0, 10.0, 26.0]]},
             {"row": "2 GPUs", "steady_step_ms_per_rank": [[30.0, 32.0], [31.0, 31.0]],
              "steady_wait_ms_per_rank": [[1.0, 1.0], [0.0, 2.0]]},
             {"row": "older metrics, no step times"}]
@@ -861,4 +863,7 @@ def test_lockstep_is_the_mean_of_the_longer_of_every_pair_of_steps(monkeypatch, 
     # Without the waits the steps are 20, 20, 20, 36: mean 24, in lockstep (7 x 36 + 9 x 20) / 16.
     assert lines == ["1 GPU: mean step 25.00 ms (waits 1.00 ms); two such ranks in lockstep: "
                      "28.75 ms; without the waits 24.00 ms, in lockstep 27.00 ms",
+                     # where the steps vary: the backward pass (and the one wait)
+                     "  rank 0, mean ± sd ms: wait 1.00 ± 1.73, forward 5.00 ± 0.00, "
+                     "backward 14.00 ± 6.93, other 5.00 ± 0.00",
                      "2 GPUs: mean step 31.00 31.00 ms (waits 1.00 1.00 ms)"]

@@ -78,8 +78,12 @@ def test_train_with_a_worker_process(script, tmp_path: Path) -> None:
     assert 0 <= waited <= 100
     # Each steady step's host time and its wait, one list per rank: 40 steps, 10 of warm-up.
     (step_ms,), (wait_ms,) = result["steady_step_ms_per_rank"], result["steady_wait_ms_per_rank"]
-    assert len(step_ms) == len(wait_ms) == 30
-    assert all(0 <= w <= s for s, w in zip(step_ms, wait_ms)) and min(step_ms) > 0
+    (forward_ms,), (backward_ms,) = (result["steady_forward_ms_per_rank"],
+                                     result["steady_backward_ms_per_rank"])
+    assert len(step_ms) == len(wait_ms) == len(forward_ms) == len(backward_ms) == 30
+    assert min(step_ms) > 0 and min(forward_ms) > 0 and min(backward_ms) > 0
+    # The phases are parts of their step (its rest: the optimizer and the bookkeeping).
+    assert all(0 <= w + f + b <= s for s, w, f, b in zip(step_ms, wait_ms, forward_ms, backward_ms))
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["loader"]["workers"] for line in lines] == [1, 1]
 

@@ -362,7 +362,8 @@ spread() {  # KIND: one GPU, how uneven the fed model's steps are and what two D
   # steps can be tried on a one-GPU host. ARCH (resnet18), decode="cuda", 2 epochs of 60 steps
   # on 16 cores, the second's steady window; rows interleaved ROUNDS (2) times: the data on the
   # GPU; fed by the defaults; with the GIL's switch interval at 0.5 ms; with prefetch 4; with
-  # one lane of the engines. ~5 min
+  # one lane of the engines. lockstep.py also gives each phase's spread (the wait for data,
+  # forward, backward, the rest): where the steps vary. ~5 min
   local kind=${1:-photos} archive val work
   archive="$data/$kind-16000.tgz" val="$data/val-1000.tgz" work=$(mktemp -d)
   ensure_archive "$archive" --sizes "$kind" --images 16000

@@ -7,7 +7,8 @@ draws from the one-GPU distribution. If the 2-GPU steps are about that long, the
 rank's steps (its late batches, its host's hiccups) is what a second rank costs; if they are
 longer, something else is (the all-reduce's own time, the ranks slowing each other's host).
 The same figures without each step's wait for data say how much of it the host's own spread
-makes, apart from late batches.
+makes, apart from late batches; each phase's mean and spread (the wait, forward, backward, the
+rest) say where the steps vary.
 
 Reads the metrics lines `gpu_host.sh OUT ddp` gathers (train_resnet.py's
 `steady_step_ms_per_rank`, each labelled with its "row"):
@@ -31,12 +32,32 @@ def mean_of_pairwise_max(steps: list[float]) -> float:
     return sum(value * (2 * i + 1) for i, value in enumerate(ordered)) / (n * n)
 
 
+PHASES = ("wait", "forward", "backward")  # train_resnet.StepTimes.PHASES; "other": the rest
+
+
+def phase_spread(row: dict) -> list[dict]:
+    """Per rank, each phase's (mean, standard deviation) in ms over the steady steps, "other"
+    being the step's time beyond its phases; empty for metrics without the phases."""
+    ranks = row.get("steady_step_ms_per_rank") or []
+    lists = [row.get(f"steady_{phase}_ms_per_rank") or [] for phase in PHASES]
+    spreads = []
+    for rank, steps in enumerate(ranks):
+        per_phase = [phase[rank] if rank < len(phase) else [] for phase in lists]
+        if len(steps) < 2 or any(len(values) != len(steps) for values in per_phase):
+            continue
+        other = [step - sum(parts) for step, *parts in zip(steps, *per_phase)]
+        spreads.append({name: (statistics.fmean(values), statistics.pstdev(values))
+                        for name, values in zip((*PHASES, "other"), (*per_phase, other))})
+    return spreads
+
+
 def describe(row: dict) -> dict:
     """A metrics line's step times: each rank's mean, and for one rank its lockstep mean."""
     ranks = row.get("steady_step_ms_per_rank") or []
     means = [statistics.fmean(steps) for steps in ranks if steps]
     waits = [statistics.fmean(w) for w in row.get("steady_wait_ms_per_rank") or [] if w]
-    out = {"row": row.get("row", "?"), "ranks": len(ranks), "step_ms": means, "wait_ms": waits}
+    out = {"row": row.get("row", "?"), "ranks": len(ranks), "step_ms": means, "wait_ms": waits,
+           "phases": phase_spread(row)}
     if len(ranks) == 1 and len(ranks[0]) > 1:
         out["two_in_lockstep_ms"] = mean_of_pairwise_max(ranks[0])
         # The same without the waits for data: what the host's own spread would cost alone.
@@ -65,6 +86,9 @@ def main() -> None:
             text += (f"; without the waits {row['work_ms']:.2f} ms, in lockstep "
                      f"{row['work_in_lockstep_ms']:.2f} ms")
         print(text)
+        for rank, spread in enumerate(row["phases"]):
+            print(f"  rank {rank}, mean ± sd ms: " + ", ".join(
+                f"{name} {mean:.2f} ± {sd:.2f}" for name, (mean, sd) in spread.items()))
 
 
 if __name__ == "__main__":
