@@ -219,13 +219,9 @@ def summed(*values: torch.Tensor) -> list[float]:
 
 
 def each_rank(value: float, args, device) -> list[float]:
-    """Every rank's `value`, in rank order (one all_reduce of a vector holding each in its
-    slot): under DDP every step waits for the slowest rank, so one rank's figures hide why."""
-    slots = torch.zeros(args.world_size, dtype=torch.float64, device=device)
-    slots[args.rank] = value
-    if dist.is_initialized():
-        dist.all_reduce(slots)
-    return slots.tolist()
+    """Every rank's `value`, in rank order: under DDP every step waits for the slowest rank,
+    so one rank's figures hide why."""
+    return [values[0] for values in each_rank_series([value], 1, args, device)]
 
 
 # Steady steps whose times the metrics keep per epoch: enough for their spread, and an

@@ -416,8 +416,12 @@ ddp() {  # 2-GPU host: why does ResNet-18 lose more per GPU beside a second rank
       labelled "$work/$g/metrics.jsonl" "pair-$g" >> "$out/ddp-$kind.jsonl"
     done
   }
-  local rows=1; [ "${PROFILE_ONLY:-0}" = 1 ] && rows=0  # PROFILE_ONLY=1: the timeline alone
-  if [ $rows = 1 ] && [ "${CEILINGS:-1}" = 1 ]; then  # CEILINGS=0: leave them out
+  # PROFILE_ONLY=1: the timeline alone; SHORT=1: per round the first three rows alone (where
+  # the loss is), no timeline; CEILINGS=0: no data-on-GPU rows.
+  local rows=1 more=1 profile=${PROFILE:-1}
+  [ "${PROFILE_ONLY:-0}" = 1 ] && rows=0 more=0
+  [ "${SHORT:-0}" = 1 ] && more=0 profile=0
+  if [ $rows = 1 ] && [ "${CEILINGS:-1}" = 1 ]; then
     row "ceiling, 1 GPU" $one $train --data-on-gpu
     row "ceiling, 2 GPUs" $two $train --data-on-gpu --pin-cores
   fi
@@ -427,13 +431,12 @@ ddp() {  # 2-GPU host: why does ResNet-18 lose more per GPU beside a second rank
       pair
       row "2 GPUs" $two $train --pin-cores
     fi
-    [ "${SHORT:-0}" = 1 ] && continue  # SHORT=1: those three rows only (where the loss is)
-    if [ $rows = 1 ]; then
+    if [ $more = 1 ]; then
       row "2 GPUs, TORCH_NCCL_HIGH_PRIORITY=1" env TORCH_NCCL_HIGH_PRIORITY=1 $two $train --pin-cores
       row "2 GPUs, lanes hw" $two $train --pin-cores --gpu-lanes hw
       row "2 GPUs, gradients copied into the buckets" $two $train --pin-cores --no-grad-bucket-view
     fi
-    if [ "$round" = 1 ] && [ "${PROFILE:-1}" = 1 ]; then
+    if [ "$round" = 1 ] && [ "$profile" = 1 ]; then
       $one $train --epochs 1 --profile --profile-at 40 --out-dir "$work/g1" 2>&1 \
         | grep '^steady' | sed "s/^/$kind, 1 GPU, profiled: /"
       $two $train --epochs 1 --pin-cores --profile --profile-at 40 --out-dir "$work/g2" 2>&1 \

@@ -61,9 +61,9 @@ def describe(row: dict) -> dict:
     if len(ranks) == 1 and len(ranks[0]) > 1:
         out["two_in_lockstep_ms"] = mean_of_pairwise_max(ranks[0])
         # The same without the waits for data: what the host's own spread would cost alone.
-        waits = (row.get("steady_wait_ms_per_rank") or [[]])[0]
-        if len(waits) == len(ranks[0]):
-            work = [step - wait for step, wait in zip(ranks[0], waits)]
+        step_waits = (row.get("steady_wait_ms_per_rank") or [[]])[0]
+        if len(step_waits) == len(ranks[0]):
+            work = [step - wait for step, wait in zip(ranks[0], step_waits)]
             out["work_ms"] = statistics.fmean(work)
             out["work_in_lockstep_ms"] = mean_of_pairwise_max(work)
     return out
