@@ -85,6 +85,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     a("--switch-interval", type=float, default=None, help="sys.setswitchinterval, seconds "
       "(Python's default 0.005): how long the training thread or a loader thread may hold the "
       "GIL while the other waits for it")
+    a("--train-stream", default="default", choices=["default", "side"],
+      help="the CUDA stream the steps run on: CUDA's legacy default stream (what a plain "
+      "training script uses) or a non-blocking stream of its own")
     a("--seed", type=int, default=0, help="seed of init, shuffle and augmentation")
     a("--device", default=None, help="cuda, cuda:1, cpu (default: cuda if available; under "
       "torchrun: the rank's GPU, shared round-robin if ranks outnumber GPUs)")
@@ -483,7 +486,24 @@ def run(args, device, ckpt) -> dict:
         model = make_model(args, len(train.vocab), ckpt, device)
         if args.data_on_gpu:
             train = FirstBatchOnly(train)
-        return fit(model, train, val, ckpt, Path(args.out_dir), args)
+        with training_stream(args.train_stream, device):
+            return fit(model, train, val, ckpt, Path(args.out_dir), args)
+
+
+def training_stream(choice: str, device: torch.device):
+    """The stream the steps, evaluation and checkpoints run on: "default" leaves the current
+    one (CUDA's legacy default stream), "side" makes a non-blocking stream current. Why try
+    it: a launch on the legacy stream must order itself after every blocking stream of the
+    context (nvJPEG's hardware path keeps ~14 of its own), and fed ResNet-18's launches waited
+    for milliseconds on a lock inside the driver, with no CUDA call of another thread in
+    flight (results/2026-11-28-h200-blocking). The batches follow: the loader makes the
+    current stream wait for each batch's event and records its tensors there."""
+    if choice != "side" or device.type != "cuda":
+        return nullcontext()
+    stream = torch.cuda.Stream(device)  # torch's pool streams are created non-blocking
+    # The model's weights were copied in on the default stream: the side stream starts after.
+    stream.wait_stream(torch.cuda.current_stream(device))
+    return torch.cuda.stream(stream)
 
 
 class FirstBatchOnly:

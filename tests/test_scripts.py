@@ -867,3 +867,99 @@ def test_lockstep_is_the_mean_of_the_longer_of_every_pair_of_steps(monkeypatch, 
                      "  rank 0, mean ± sd ms: wait 1.00 ± 1.73, forward 5.00 ± 0.00, "
                      "backward 14.00 ± 6.93, other 5.00 ± 0.00",
                      "2 GPUs: mean step 31.00 31.00 ms (waits 1.00 1.00 ms)"]
+
+
+# --- probe_blocking -----------------------------------------------------------------------
+
+# The main thread of `py-spy dump --native` stacks caught in a fed ResNet-18 run on an H200
+# (results/2026-11-28-h200-blocking), shortened; the loader's thread is made up.
+DUMP_DRIVER_LOCK = '''Process 22242: python3 scripts/train_resnet.py
+Thread 22250 (idle): "lane-0"
+    pthread_cond_wait (libc.so.6)
+    next (imageloader/gpujpeg.py:300)
+Thread 22242 (idle): "MainThread"
+    0x7f4bc0a98d17 (libc.so.6)
+    pthread_rwlock_wrlock (libc.so.6)
+    0x7f4b94952bb4 (libcuda.so.580.159.04)
+    0x7f4b93b89f2b (libcuda.so.580.159.04)
+    cuLaunchKernel (libcuda.so.580.159.04)
+    cudaLaunchKernel (libcudart.so.13)
+    at::native::foreach_tensor_add_list_kernel_cuda (libtorch_cuda.so)
+'''
+DUMP_GIL = '''Thread 22242 (idle): "MainThread"
+    0x7f4bc0a98e51 (libc.so.6)
+    pthread_cond_timedwait (libc.so.6)
+    torch::autograd::THPVariable_max_pool2d (libtorch_python.so)
+    _max_pool2d (torch/nn/functional.py:835)
+'''
+DUMP_AUTOGRAD = '''Thread 22242 (idle): "MainThread"
+    0x7f4bc0a98e51 (libc.so.6)
+    pthread_cond_wait (libc.so.6)
+    std::condition_variable::wait (libstdc++.so.6.0.33)
+    torch::autograd::ReadyQueue::pop (libtorch_cpu.so)
+    torch::autograd::Engine::thread_main (libtorch_cpu.so)
+'''
+DUMP_SYNC = '''Thread 22242 (idle): "MainThread"
+    cuStreamSynchronize (libcuda.so.580.159.04)
+    0x7f4bbfa12003 (libcudart.so.13)
+    cudaStreamSynchronize (libcudart.so.13)
+    at::native::copy_kernel_cuda (libtorch_cuda.so)
+'''
+DUMP_LOADER = '''Thread 22242 (idle): "MainThread"
+    pthread_cond_timedwait (libc.so.6)
+    0x7f00 (libpython3.12.so)
+    wait (threading.py:359)
+    __next__ (imageloader/prefetch.py:560)
+    train_one_epoch (train_resnet.py:312)
+'''
+DUMP_RUNNING = '''Thread 22242 (active+gil): "MainThread"
+    train_one_epoch (train_resnet.py:325)
+    fit (train_resnet.py:561)
+'''
+DUMP_DECODER = '''Thread 22242 (idle): "MainThread"
+    0x7f4bc0a98e51 (libc.so.6)
+    0x7f4bc0a9e883 (libc.so.6)
+    0x7f48984ce170 (libnvcuvid.so.580.159.04)
+    nvjpegJpegStateDestroy (libnvjpeg.36e11081.so.13)
+'''
+
+
+def test_probe_blocking_classifies_each_kind_of_wait(monkeypatch):
+    probe = load_script("probe_blocking", monkeypatch)
+    state, frames = probe.main_thread_frames(DUMP_DRIVER_LOCK)
+    assert state == "idle" and frames[1] == "pthread_rwlock_wrlock (libc.so.6)"
+    got = [probe.classify(*reversed(probe.main_thread_frames(d))) for d in
+           (DUMP_DRIVER_LOCK, DUMP_GIL, DUMP_AUTOGRAD, DUMP_SYNC, DUMP_LOADER, DUMP_RUNNING,
+            DUMP_DECODER)]
+    # The loader's wait is for its condition (threading), not the GIL, though its next frame
+    # is CPython's C code, as the GIL's is: the stack holds the loader's __next__.
+    assert got == ["CUDA driver lock", "GIL", "autograd engine", "CUDA synchronize", "loader",
+                   "running", "waiting, elsewhere"]
+    with pytest.raises(ValueError, match="no thread"):
+        probe.main_thread_frames("py-spy: permission denied")
+    # Only the stacks inside the training loop count as its steps.
+    frames = probe.main_thread_frames(DUMP_RUNNING)[1]
+    assert probe.classify(frames, "active", "train_one_epoch") == "running"
+    assert probe.classify(frames, "active", "evaluate") == "outside the steps"
+
+
+def test_probe_blocking_counts_a_sleeping_threads_voluntary_switches(monkeypatch, tmp_path,
+                                                                     capsys):
+    """A command that sleeps 1 ms at a time gives up its core hundreds of times a second;
+    one that only computes, almost never."""
+    probe = load_script("probe_blocking", monkeypatch)
+    sleeper = [sys.executable, "-c", "import time\nfor _ in range(4000): time.sleep(0.001)"]
+    out = tmp_path / "blocking.jsonl"
+    result = probe.main(script_args(probe, "--after", "0.5", "--seconds", "1", "--dumps", "0",
+                                    "--label", "sleeper", "--log", tmp_path / "log",
+                                    "--out", out, "--", *sleeper))
+    assert result["voluntary_per_s"] > 200, result
+    assert result["stacks"] == [] and json.loads(out.read_text())["label"] == "sleeper"
+    assert "sleeper: main thread" in capsys.readouterr().out
+    spinner = [sys.executable, "-c", "import time\nend = time.time() + 3\nwhile time.time() < end: pass"]
+    result = probe.main(script_args(probe, "--after", "0.5", "--seconds", "1", "--dumps", "0",
+                                    "--log", tmp_path / "log", "--", *spinner))
+    assert result["voluntary_per_s"] < 50, result
+    with pytest.raises(SystemExit, match="before the window"):
+        probe.main(script_args(probe, "--after", "1", "--dumps", "0", "--log", tmp_path / "log",
+                               "--", sys.executable, "-c", "pass"))

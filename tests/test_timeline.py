@@ -169,6 +169,27 @@ def test_thread_calls_show_which_threads_cuda_calls_sometimes_block(timeline) ->
     assert "main" in timeline.format_thread_calls(rows) and len(timeline.thread_calls(trace, 1)) == 1
 
 
+def test_blocked_calls_name_what_other_threads_were_in_as_a_long_launch_ended(timeline) -> None:
+    def span(name, tid, ts, dur, cat="cuda_runtime"):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+
+    trace = {"traceEvents": [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}},
+        span("cudaLaunchKernel", 1, 0.0, 8.0), span("cudaLaunchKernel", 1, 100.0, 2_000.0),
+        span("cudaLaunchKernel", 1, 5_000.0, 900.0),
+        span("cudaEventSynchronize", 2, 50.0, 2_045.0),   # ends 5 us before the 2 ms launch
+        span("cudaMemcpyAsync", 2, 3_000.0, 5.0),         # overlaps neither
+        span("aten::copy_", 3, 4_000.0, 1_800.0, "cpu_op"),  # ends 100 us before the 0.9 ms one
+        span("cudaLaunchKernel", 3, 5_100.0, 10.0)]}
+    rows = timeline.blocked_calls(trace, 5)
+    assert [(r["thread"], r["ms"]) for r in rows] == [("main", 2.0), ("main", 0.9)]
+    assert [(o["thread"], o["name"], o["end_us"]) for o in rows[0]["others"]] == [
+        ("tid 2", "cudaEventSynchronize", -5.0)]
+    assert [o["name"] for o in rows[1]["others"]] == ["aten::copy_", "cudaLaunchKernel"]
+    assert timeline.blocked_calls(trace, 1)[0]["ms"] == 2.0
+    assert "cudaEventSynchronize" in timeline.format_blocked_calls(rows)
+
+
 def test_top_kernels_ranks_each_streams_kernels_by_gpu_time(timeline) -> None:
     events = timeline.gpu_events(synthetic_trace())
     events.append(timeline.GpuEvent("kernel", "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float>",

@@ -273,3 +273,35 @@ def test_switch_interval_reaches_the_interpreter_and_step_times_are_capped(
     assert [len(ms) for ms in result["steady_step_ms_per_rank"]] == [3]  # of 4 steady steps
     # Not given, the interpreter's own stays (run() sets it only when the flag is given).
     assert script.get_args_parser().parse_args([]).switch_interval is None
+
+
+def test_train_stream_side_is_a_stream_of_its_own_on_cuda_and_nothing_on_the_cpu(script) -> None:
+    """--train-stream side: on the CPU no stream at all (the run above trains the same); on
+    CUDA a stream that is not the default one, current inside the context and not after."""
+    assert script.get_args_parser().parse_args([]).train_stream == "default"
+    with script.training_stream("side", torch.device("cpu")):
+        pass
+    if not torch.cuda.is_available():
+        return
+    device = torch.device("cuda:0")
+    default = torch.cuda.current_stream(device)
+    with script.training_stream("default", device):
+        assert torch.cuda.current_stream(device) == default
+    with script.training_stream("side", device):
+        side = torch.cuda.current_stream(device)
+        assert side != default and side != torch.cuda.default_stream(device)
+        x = torch.ones(1000, device=device).cumsum(0)
+    assert torch.cuda.current_stream(device) == default
+    side.synchronize()
+    assert x[-1].item() == 1000.0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_training_on_a_side_stream_learns_on_cuda(script, tmp_path) -> None:
+    """The whole loop (GPU-fed batches, backward, optimizer, evaluation, checkpoint) on a side
+    stream: the batches' events and record_stream follow the current stream."""
+    result = script.main(script.get_args_parser().parse_args(
+        ["--size", "8", "--batch-size", "32", "--max-steps", "40", "--device", "cuda:0",
+         "--epochs", "2", "--workers", "0", "--train-stream", "side",
+         "--out-dir", str(tmp_path / "side")]))
+    assert result["val_top1"] > CHANCE_PLUS, result

@@ -27,7 +27,9 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR ddp fixed  # 2-GPU host: why ResNet-18 loses more
 #   bash scripts/bench/gpu_host.sh OUT_DIR ddp photos # per GPU beside a second rank, ~9 min each
 #   bash scripts/bench/gpu_host.sh OUT_DIR spread [photos|fixed]  # one GPU: how uneven
-#                                 # ResNet-18's fed steps are (DDP's lockstep cost), ~5 min
+#                                 # ResNet-18's fed steps are (DDP's lockstep cost), ~6 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR blocking [photos|fixed]  # where fed ResNet-18's
+#                                 # training thread waits: context switches, stacks, ~4 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR host      # 2-GPU host: what two runs take from each
 #                                                    # other without DDP; shared cores, ~8 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR beside    # 2-GPU host: which neighbour slows a
@@ -356,21 +358,29 @@ train_row() {  # JSONL LABEL COMMAND...: a train_resnet.py run's last steady lin
   labelled "$work/r/metrics.jsonl" "$label" >> "$jsonl"
 }
 
+one_gpu_training() {  # KIND EPOCHS: makes KIND's 16,000-image archive and the validation set
+  # if missing, and sets the calling part's `work` (a fresh folder) and `train`
+  # (train_resnet.py on GPU ${GPU:-0} and 16 cores, decode="cuda", ARCH, EPOCHS of 60 steps)
+  local kind=$1 archive="$data/$1-16000.tgz" val="$data/val-1000.tgz"
+  ensure_archive "$archive" --sizes "$kind" --images 16000
+  ensure_archive "$val" --images 1000 --seed 1
+  work=$(mktemp -d)
+  train="env CUDA_VISIBLE_DEVICES=${GPU:-0} taskset -c 0-15 python3 scripts/train_resnet.py
+    --data $archive --val $val --size 224 --batch-size 256 --epochs $2 --max-steps 60
+    --workers 15 --print-every 0 --decode cuda --arch ${ARCH:-resnet18}"
+}
+
 spread() {  # KIND: one GPU, how uneven the fed model's steps are and what two DDP ranks like
   # it would take per step in lockstep (lockstep.py; on 2 x H200 that prediction met the DDP
   # steps within 1 ms: results/2026-11-28-h200x2-lockstep), so that what evens ResNet-18's
   # steps can be tried on a one-GPU host. ARCH (resnet18), decode="cuda", 2 epochs of 60 steps
   # on 16 cores, the second's steady window; rows interleaved ROUNDS (2) times: the data on the
   # GPU; fed by the defaults; with the GIL's switch interval at 0.5 ms; with prefetch 4; with
-  # one lane of the engines. lockstep.py also gives each phase's spread (the wait for data,
-  # forward, backward, the rest): where the steps vary. ~5 min
-  local kind=${1:-photos} archive val work
-  archive="$data/$kind-16000.tgz" val="$data/val-1000.tgz" work=$(mktemp -d)
-  ensure_archive "$archive" --sizes "$kind" --images 16000
-  ensure_archive "$val" --images 1000 --seed 1
-  local train="env CUDA_VISIBLE_DEVICES=${GPU:-0} taskset -c 0-15 python3 scripts/train_resnet.py
-    --data $archive --val $val --size 224 --batch-size 256 --epochs 2 --max-steps 60
-    --workers 15 --print-every 0 --decode cuda --arch ${ARCH:-resnet18}"
+  # one lane of the engines; with the steps on a non-blocking stream of their own (not CUDA's
+  # legacy default stream). lockstep.py also gives each phase's spread (the wait for data,
+  # forward, backward, the rest): where the steps vary. ~6 min
+  local kind=${1:-photos} work train
+  one_gpu_training "$kind" 2
   local jsonl="$out/spread-$kind.jsonl" round
   for round in $(seq 1 "${ROUNDS:-2}"); do
     train_row "$jsonl" "data on the GPU" $train --data-on-gpu
@@ -378,8 +388,33 @@ spread() {  # KIND: one GPU, how uneven the fed model's steps are and what two D
     train_row "$jsonl" "fed, switch interval 0.5 ms" $train --switch-interval 0.0005
     train_row "$jsonl" "fed, prefetch 4" $train --prefetch 4
     train_row "$jsonl" "fed, lanes hw" $train --gpu-lanes hw
+    train_row "$jsonl" "fed, steps on a side stream" $train --train-stream side
   done
   python3 $here/lockstep.py "$jsonl" | tee "$out/lockstep-$kind.log"
+}
+
+blocking() {  # KIND: where fed ResNet-18's training thread waits (probe_blocking.py): its
+  # voluntary / nonvoluntary context switches per second in a window of a steady epoch, with
+  # its data on the GPU, fed with the steps on CUDA's legacy default stream (the default) and
+  # on a side stream (--train-stream side); then py-spy stacks of it (PROBE_DUMPS, 16; they
+  # pause the process, so those runs' rates are not measurements) fed on each stream. The
+  # runs' steady lines follow each row. ~4 min
+  local kind=${1:-photos} work train
+  one_gpu_training "$kind" 8
+  local probe="python3 $here/probe_blocking.py --after 18 --seconds 8 --log $work/log
+    --out $out/blocking-$kind.jsonl"
+  row() {  # LABEL DUMPS TRAIN-FLAGS...
+    local label=$1 dumps=$2; shift 2
+    rm -rf "$work/r"
+    PATH="$PWD/.cache/site/bin:$PATH" $probe --label "$kind, $label" --dumps "$dumps" -- \
+      $train --out-dir "$work/r" "$@"
+    grep '^steady' "$work/log" | tail -1 | sed 's/^/    /'
+  }
+  row "data on the GPU" 0 --data-on-gpu
+  row "fed" 0
+  row "fed, steps on a side stream" 0 --train-stream side
+  row "fed, stacks" "${PROBE_DUMPS:-16}"
+  row "fed, steps on a side stream, stacks" "${PROBE_DUMPS:-16}" --train-stream side
 }
 
 ddp() {  # 2-GPU host: why does ResNet-18 lose more per GPU beside a second rank than alone,
@@ -627,7 +662,8 @@ profile() {  # KIND: where ResNet-18's steps go when the loader feeds it, on one
   # torch.profiler traces of steps 40-44 (train_resnet.py --profile) with the data on the GPU,
   # fed by one lane (LANES1, "hw") and by the default lanes (or LANES2), decode="cuda";
   # plot_timeline.py's summary of each (GPU time per stream, its top kernels, the steps' host
-  # time); ARCH (resnet18): e.g. ARCH=resnet50, where 2.5-4% of data-wait is left mid-epoch
+  # time, the longest launches and what other threads were in as each ended); ARCH
+  # (resnet18): e.g. ARCH=resnet50, where 2.5-4% of data-wait is left mid-epoch
   local kind=${1:-photos} archive val work run
   archive="$data/$kind-16000.tgz" val="$data/val-1000.tgz" work=$(mktemp -d)
   ensure_archive "$archive" --sizes "$kind" --images 16000
@@ -645,10 +681,11 @@ profile() {  # KIND: where ResNet-18's steps go when the loader feeds it, on one
   done
   for run in one two; do
     python3 $here/plot_timeline.py "$work/ceiling/trace.json" --compare "$work/$run/trace.json" \
-      --top 8 --host 8 --threads 8 --labels "data on the GPU" "fed, lanes: $run" \
+      --top 8 --host 8 --threads 8 --blocked 10 --labels "data on the GPU" "fed, lanes: $run" \
       --out "$out/profile-$kind-$run.png" --title "${ARCH:-resnet18} steps 40-44 ($kind)" \
       > "$out/profile-$kind-$run.log" 2>&1
-    grep -E '^==|nothing on it|in all|host: steps|cudaLaunchKernel ' "$out/profile-$kind-$run.log"
+    grep -E '^==|nothing on it|in all|host: steps|cudaLaunchKernel |launch|      ' \
+      "$out/profile-$kind-$run.log"
   done
 }
 
@@ -702,6 +739,7 @@ case "$part" in
   profile) profile "${3:-photos}" 2>&1 | tee "$out/profile-${3:-photos}.log" ;;
   ddp) ddp "${3:-fixed}" 2>&1 | tee "$out/ddp-${3:-fixed}.log" ;;
   spread) spread "${3:-photos}" 2>&1 | tee "$out/spread-${3:-photos}.log" ;;
+  blocking) blocking "${3:-photos}" 2>&1 | tee "$out/blocking-${3:-photos}.log" ;;
   host) host "${3:-fixed}" 2>&1 | tee "$out/host-${3:-fixed}.log" ;;
   beside) beside 2>&1 | tee "$out/beside.log" ;;
   spy) spy "${3:-fixed}" ;;
@@ -711,5 +749,5 @@ case "$part" in
   dali) dali "${3:-photos}" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
-  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, host, beside, spy, versus, regions, profile, suspects, batchcall or none" >&2; exit 2 ;;
+  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, spread, blocking, host, beside, spy, versus, regions, profile, suspects, batchcall or none" >&2; exit 2 ;;
 esac

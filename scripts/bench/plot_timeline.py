@@ -404,6 +404,44 @@ def format_thread_calls(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def blocked_calls(trace: dict | list, n: int, long_us: float = 500.0) -> list[dict]:
+    """The n longest kernel launches (over `long_us`) and, for each, what other threads were in
+    when it ended: their CUDA runtime / driver calls and CPU ops that overlap it, nearest end
+    first. A launch held up by a lock ends just after the holder lets go, so a call of another
+    thread that ends within microseconds of it, each time, names the holder."""
+    raw = trace_events(trace)
+    names = {(e.get("pid"), e.get("tid")): e.get("args", {}).get("name", "")
+             for e in raw if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    spans = [e for e in raw if e.get("ph") == "X"
+             and e.get("cat") in ("cuda_runtime", "cuda_driver", "cpu_op")]
+    launches = sorted((e for e in spans if e.get("cat") == "cuda_runtime"
+                       and str(e["name"]).startswith("cudaLaunchKernel")
+                       and float(e.get("dur", 0)) > long_us), key=lambda e: -float(e["dur"]))
+    thread = lambda e: names.get((e.get("pid"), e.get("tid"))) or f"tid {e.get('tid')}"
+    rows = []
+    for launch in launches[:n]:
+        start, end = float(launch["ts"]), float(launch["ts"]) + float(launch["dur"])
+        others = [e for e in spans if thread(e) != thread(launch) and float(e["ts"]) < end
+                  and float(e["ts"]) + float(e.get("dur", 0)) > start]
+        others.sort(key=lambda e: abs(float(e["ts"]) + float(e.get("dur", 0)) - end))
+        rows.append({"thread": thread(launch), "ms": float(launch["dur"]) / 1e3,
+                     "others": [{"thread": thread(e), "name": str(e["name"]),
+                                 "ms": float(e.get("dur", 0)) / 1e3,
+                                 "end_us": float(e["ts"]) + float(e.get("dur", 0)) - end}
+                                for e in others[:4]]})
+    return rows
+
+
+def format_blocked_calls(rows: list[dict]) -> str:
+    lines = ["  host: the longest kernel launches and what other threads were in as each ended"
+             " (their end relative to the launch's, us)"]
+    for r in rows:
+        lines.append(f"    {r['thread'][:24]:24s} launch {r['ms']:5.2f} ms")
+        lines += [f"      {o['thread'][:24]:24s} {o['name'][:40]:40s} {o['ms']:6.2f} ms  end "
+                  f"{o['end_us']:+8.1f} us" for o in r["others"]]
+    return "\n".join(lines)
+
+
 # ---- command line ----------------------------------------------------------------------------
 
 
@@ -423,6 +461,9 @@ def get_args_parser() -> argparse.ArgumentParser:
                    help="also print the traced steps' host time and the N CPU ops with the most")
     p.add_argument("--threads", type=int, default=0,
                    help="also print the N (thread, CUDA runtime call) pairs with the most time")
+    p.add_argument("--blocked", type=int, default=0,
+                   help="also print the N longest kernel launches and what other threads "
+                        "were in as each ended")
     p.add_argument("--labels", nargs=2, metavar=("A", "B"), default=None,
                    help="panel titles for trace and --compare (default: file names)")
     return p
@@ -452,11 +493,14 @@ def main(args: argparse.Namespace) -> dict:
                                                if window else "")))
         if args.top:
             print(format_top_kernels(events_of[label], args.top))
-        trace = load_trace(paths[labels.index(label)]) if args.host or args.threads else None
+        trace = (load_trace(paths[labels.index(label)])
+                 if args.host or args.threads or args.blocked else None)
         if args.host:
             print(format_host_summary(host_summary(trace, args.host)))
         if args.threads:
             print(format_thread_calls(thread_calls(trace, args.threads)))
+        if args.blocked:
+            print(format_blocked_calls(blocked_calls(trace, args.blocked)))
     plot(panels, args.out, args.title, window)
     print(f"wrote {args.out}")
     return {label: summary for label, _, summary, _ in panels}
