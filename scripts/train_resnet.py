@@ -494,7 +494,8 @@ def training_stream(choice: str, device: torch.device):
     """The stream the steps, evaluation and checkpoints run on: "default" leaves the current
     one (CUDA's legacy default stream), "side" makes a non-blocking stream current. Why try
     it: a launch on the legacy stream must order itself after every blocking stream of the
-    context (nvJPEG's hardware path keeps ~14 of its own), and fed ResNet-18's launches waited
+    context (nvJPEG's hardware path works on 14 streams of its own; whether they are blocking
+    ones is libnvjpeg's choice, not known), and fed ResNet-18's launches waited
     for milliseconds on a lock inside the driver, with no CUDA call of another thread in
     flight (results/2026-11-28-h200-blocking). The batches follow: the loader makes the
     current stream wait for each batch's event and records its tensors there."""
