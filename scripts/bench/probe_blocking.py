@@ -1,6 +1,6 @@
 """Where a training process's main thread waits: its context switches and its native stacks.
 
-    python scripts/bench/probe_blocking.py --after 20 --seconds 8 --dumps 12 --out blocking.json \
+    python scripts/bench/probe_blocking.py --after 20 --seconds 8 --dumps 12 --out blocking.jsonl \
         -- python3 scripts/train_resnet.py --data photos.tgz --decode cuda ...
 
 Runs the command, and in the window [after, after + seconds] of its run reads the main
@@ -12,7 +12,7 @@ a lock inside the CUDA driver, a CUDA synchronize, the autograd engine (backward
 own thread while this one waits), the loader's next(), the GIL, elsewhere in the driver,
 waiting elsewhere (e.g. in the JPEG decoder's library), running; or outside the training steps
 (no `--steps-frame` in it: evaluation, a checkpoint). The switch counts cover the whole
-window, steps or not: train_resnet.py's epochs of 60 steps spend ~10-15% of it evaluating.
+window, steps or not: train_resnet.py's short epochs also evaluate and checkpoint inside it.
 
 Why: fed ResNet-18's kernel launches sometimes took milliseconds with no CUDA call of another
 thread in flight (`plot_timeline.py --blocked`); its main thread made ~1,600-2,300 voluntary
