@@ -373,14 +373,19 @@ def format_host_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def thread_names(raw: list) -> dict:
+    """(pid, tid) -> the thread's name, from the trace's thread_name metadata events."""
+    return {(e.get("pid"), e.get("tid")): e.get("args", {}).get("name", "")
+            for e in raw if e.get("ph") == "M" and e.get("name") == "thread_name"}
+
+
 def thread_calls(trace: dict | list, n: int, long_us: float = 500.0) -> list[dict]:
     """The n (thread, CUDA runtime call) pairs with the most time: count, total ms, median us,
     longest ms and ms in calls longer than `long_us`. A launch that usually takes ~8 us and
     sometimes milliseconds waited for something (a driver lock another thread held, the
     core): a fed ResNet-18's training thread, 2026-11-27-h200-twolanes."""
     raw = trace_events(trace)
-    names = {(e.get("pid"), e.get("tid")): e.get("args", {}).get("name", "")
-             for e in raw if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    names = thread_names(raw)
     durations: dict[tuple, list[float]] = {}
     for e in raw:
         if e.get("ph") == "X" and e.get("cat") == "cuda_runtime":
@@ -410,8 +415,7 @@ def blocked_calls(trace: dict | list, n: int, long_us: float = 500.0) -> list[di
     first. A launch held up by a lock ends just after the holder lets go, so a call of another
     thread that ends within microseconds of it, each time, names the holder."""
     raw = trace_events(trace)
-    names = {(e.get("pid"), e.get("tid")): e.get("args", {}).get("name", "")
-             for e in raw if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    names = thread_names(raw)
     spans = [e for e in raw if e.get("ph") == "X"
              and e.get("cat") in ("cuda_runtime", "cuda_driver", "cpu_op")]
     launches = sorted((e for e in spans if e.get("cat") == "cuda_runtime"
