@@ -30,6 +30,8 @@
 #                                 # ResNet-18's fed steps are (DDP's lockstep cost), ~6 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR blocking [photos|fixed]  # where fed ResNet-18's
 #                                 # training thread waits: context switches, stacks, ~4 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR sidestream [photos|fixed]  # ResNet-18's steps on a
+#                                 # side stream: what the loader beside them lacks, ~5 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR host      # 2-GPU host: what two runs take from each
 #                                                    # other without DDP; shared cores, ~8 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR beside    # 2-GPU host: which neighbour slows a
@@ -393,6 +395,27 @@ spread() {  # KIND: one GPU, how uneven the fed model's steps are and what two D
   python3 $here/lockstep.py "$jsonl" | tee "$out/lockstep-$kind.log"
 }
 
+sidestream() {  # KIND: with ResNet-18's steps on a side stream its training thread stops
+  # sleeping in the driver (blocking: 744 against 1,953 voluntary switches a second) and its
+  # steps run at the data-on-GPU pace, but it waits for data instead (19-24% of its time) and
+  # the rate stays (results/2026-11-28-h200-sidestream). What the loader beside it lacks then:
+  # rows interleaved ROUNDS (2) times, fed on the default stream, then on a side stream as is,
+  # with a third lane of the engines (a slower loader's latency), a 0.5 ms GIL switch
+  # interval (the lanes' Python waiting for the GIL the training thread now holds longer),
+  # and prefetch 4. 2 epochs of 60 steps, the second's steady window; lockstep.py after. ~5 min
+  local kind=${1:-photos} work train
+  one_gpu_training "$kind" 2
+  local jsonl="$out/sidestream-$kind.jsonl" round side="--train-stream side"
+  for round in $(seq 1 "${ROUNDS:-2}"); do
+    train_row "$jsonl" "fed" $train
+    train_row "$jsonl" "fed, side stream" $train $side
+    train_row "$jsonl" "fed, side stream, lanes hw+hw+hw" $train $side --gpu-lanes hw+hw+hw
+    train_row "$jsonl" "fed, side stream, switch interval 0.5 ms" $train $side --switch-interval 0.0005
+    train_row "$jsonl" "fed, side stream, prefetch 4" $train $side --prefetch 4
+  done
+  python3 $here/lockstep.py "$jsonl" | tee "$out/lockstep-$kind.log"
+}
+
 blocking() {  # KIND: where fed ResNet-18's training thread waits (probe_blocking.py): its
   # voluntary / nonvoluntary context switches per second in a window of a steady epoch, with
   # its data on the GPU, fed with the steps on CUDA's legacy default stream (the default) and
@@ -740,6 +763,7 @@ case "$part" in
   ddp) ddp "${3:-fixed}" 2>&1 | tee "$out/ddp-${3:-fixed}.log" ;;
   spread) spread "${3:-photos}" 2>&1 | tee "$out/spread-${3:-photos}.log" ;;
   blocking) blocking "${3:-photos}" 2>&1 | tee "$out/blocking-${3:-photos}.log" ;;
+  sidestream) sidestream "${3:-photos}" 2>&1 | tee "$out/sidestream-${3:-photos}.log" ;;
   host) host "${3:-fixed}" 2>&1 | tee "$out/host-${3:-fixed}.log" ;;
   beside) beside 2>&1 | tee "$out/beside.log" ;;
   spy) spy "${3:-fixed}" ;;
@@ -749,5 +773,5 @@ case "$part" in
   dali) dali "${3:-photos}" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
-  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, spread, blocking, host, beside, spy, versus, regions, profile, suspects, batchcall or none" >&2; exit 2 ;;
+  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, spread, blocking, sidestream, host, beside, spy, versus, regions, profile, suspects, batchcall or none" >&2; exit 2 ;;
 esac
