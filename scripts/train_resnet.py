@@ -497,7 +497,9 @@ def training_stream(choice: str, device: torch.device):
     context (nvJPEG's hardware path works on 14 streams of its own; whether they are blocking
     ones is libnvjpeg's choice, not known), and fed ResNet-18's launches waited
     for milliseconds on a lock inside the driver, with no CUDA call of another thread in
-    flight (results/2026-11-28-h200-blocking). The batches follow: the loader makes the
+    flight (results/2026-11-28-h200-blocking). Measured since: on a side stream the thread
+    sleeps 2.6x less and waits for data instead, at the same rate (results/2026-11-28-h200-
+    sidestream), so "default" stays the default. The batches follow: the loader makes the
     current stream wait for each batch's event and records its tensors there."""
     if choice != "side" or device.type != "cuda":
         return nullcontext()

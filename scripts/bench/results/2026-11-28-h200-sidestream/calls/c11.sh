@@ -1,0 +1,2 @@
+# call 11 (same warm host as call 10): ResNet-18 on photos again, the ceiling and the defaults
+export BENCH_DATA=.cache/bench-data; ls $BENCH_DATA; git log --oneline -1; export PYTHONPATH=$PWD/.cache/site:$PWD; timeout 200 python3 scripts/bench/bench.py --archive $BENCH_DATA/photos-32000.tgz --shards 0 --models resnet18 --recipes ceiling,ours --decode auto --prefetch 2 --warmup 170 --steps 60 --max-seconds 20 --out $OUT/r18-again.json 2>&1 | grep -v nvjpeg2k | tail -8

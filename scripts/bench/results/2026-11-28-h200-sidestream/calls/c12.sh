@@ -1,0 +1,2 @@
+# call 12 (same warm host): the same twice more
+export BENCH_DATA=.cache/bench-data; export PYTHONPATH=$PWD/.cache/site:$PWD; for i in 1 2; do timeout 80 python3 scripts/bench/bench.py --archive $BENCH_DATA/photos-32000.tgz --shards 0 --models resnet18 --recipes ceiling,ours --decode auto --prefetch 2 --warmup 170 --steps 60 --max-seconds 20 --out $OUT/r18-again-$i.json 2>&1 | grep -v nvjpeg2k | tail -2; done
