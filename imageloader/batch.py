@@ -43,6 +43,9 @@ class BatchViews(NamedTuple):
     arena: np.ndarray     # (A,) uint8
     cpu_share: np.ndarray  # (1,) float64: share of the images a packer decodes on the CPU
                            # all the same (decode="cuda"), set by the parent (share.py)
+    cpu_probe: np.ndarray  # (3,) float64: images the parent asks the packer to time through
+                           # the CPU path besides packing them (share.py), then the seconds
+                           # and the images the packer timed, read back by the parent
 
 
 _ALIGN = 4096
@@ -54,6 +57,7 @@ def batch_layout(batch_size: int, image_shape: tuple[int, int, int], arena_bytes
     specs = [("labels", "int64", (batch_size,)), ("seeds", "uint64", (batch_size,)),
              ("offsets", "int64", (batch_size,)), ("lengths", "int64", (batch_size,)),
              ("boxes", "float32", (batch_size, 5)), ("cpu_share", "float64", (1,)),
+             ("cpu_probe", "float64", (3,)),
              ("images", "uint8", (batch_size, *image_shape)), ("arena", "uint8", (arena_bytes,))]
     fields, offset = {}, 0
     for name, dtype, shape in specs:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import math
 import random
+import time
 import warnings
 from collections import Counter
 from dataclasses import dataclass
@@ -156,6 +157,8 @@ class JpegPacker:
         self.fallbacks: Counter = Counter()
         self._end = 0
         self._share = 0.0
+        self._probes = 0       # images of this batch still to time through the CPU path
+        self._scratch = None   # their pixels, thrown away
 
     @property
     def out_shape(self) -> tuple[int, int, int]:
@@ -166,6 +169,11 @@ class JpegPacker:
         # A share of the images decoded here on purpose: when the GPU is busy training and
         # cores are idle, they take that much work off it (share.py; the parent sets it).
         self._share = float(batch.cpu_share[0])
+        # decode="auto": the parent asks for a few images' CPU decode times while the GPU
+        # decodes, so that its trial can tell when CPU decoding cannot win without running it
+        # (share.py). The images still go to the GPU: the probe's pixels are thrown away.
+        self._probes = int(batch.cpu_probe[0])
+        batch.cpu_probe[1:] = 0
 
     def fill(self, batch, slot: int, data: bytes, seed: int) -> None:
         reason, size = gpu_screen(data, self.cpu.mode, self.cpu.limits)
@@ -179,6 +187,8 @@ class JpegPacker:
             self.cpu.fill(batch, slot, data, seed)  # raises SampleError; sets lengths 0
             self.fallbacks[reason] += 1
             return
+        if self._probes > 0:
+            self._time_on_cpu(batch, data, seed)
         batch.arena[self._end:self._end + len(data)] = np.frombuffer(data, np.uint8)
         batch.offsets[slot], batch.lengths[slot] = self._end, len(data)
         self._end += len(data)
@@ -193,6 +203,20 @@ class JpegPacker:
     def take_fallbacks(self) -> dict:
         counts, self.fallbacks = dict(self.fallbacks), Counter()
         return counts
+
+    def _time_on_cpu(self, batch, data: bytes, seed: int) -> None:
+        """Decode one image as the CPU path would, into scratch, and add its time to the
+        batch's probe. An image the CPU cannot decode is not timed: the GPU's lane reports it."""
+        self._probes -= 1
+        if self._scratch is None:
+            self._scratch = np.empty(self.cpu.out_shape, np.uint8)
+        start = time.perf_counter()
+        try:
+            self.cpu(data, self._scratch, seed)
+        except SampleError:
+            return
+        batch.cpu_probe[1] += time.perf_counter() - start
+        batch.cpu_probe[2] += 1
 
 
 def _unit(seed: int) -> float:

@@ -340,6 +340,7 @@ class _EpochRun:
             self.share.observe(waited, out.share)
         self.stats.cpu_share = self.share.share
         self.stats.share_rates = self.share.rates
+        self.stats.cpu_bound = self.share.cpu_bound
         prefetcher, position = self.runtime.prefetcher, self.position
         if out is None:
             if self.steps is None or last is None:

@@ -135,6 +135,9 @@ class LoaderStats:
     cpu_share: float = 0.0              # decode="cuda": the share batches are given now
     share_rates: dict = field(default_factory=dict)  # decode="auto": batches/s the consumer
                                         # took with each share in the trial (share.py)
+    cpu_bound: float | None = None      # decode="auto": the most batches/s CPU decoding
+                                        # could feed, from the packers' timed decodes; at
+                                        # or under the GPU's rate the CPU is not tried
     fetched: int = 0                    # bytes fetched from URL sources by this rank's readers
     requests: int = 0                   # ... in this many requests,
     retries: int = 0                    # of which this many repeated one that failed
@@ -248,7 +251,8 @@ class ImageLoader:
                                          lanes_on_demand=True, backlog=backlog)
             self._fill = JpegPacker(self.decoder, cpu_pixels=options.cpu_large)
             self.cpu_share = share_control(options.cpu_share, trial=trial,
-                                           in_flight=self._buffer_count())
+                                           in_flight=self._buffer_count(),
+                                           decoders=self.workers, batch_size=batch_size)
         else:
             self._gpu = None
             self.prefetcher = Prefetcher((), self.device, prefetch=prefetch,

@@ -27,6 +27,7 @@ class FixedShare:
 
     def stamp(self, buf) -> None:
         buf.arrays.cpu_share[0] = self.share
+        buf.arrays.cpu_probe[:] = 0  # a buffer a trial used asks for no probe any more
 
     def observe(self, wait_s: float, share: float | None = None) -> None:
         """One batch, stamped with `share`, reached the consumer after it waited `wait_s`."""
@@ -37,6 +38,10 @@ class FixedShare:
     @property
     def rates(self) -> dict:
         return {}
+
+    @property
+    def cpu_bound(self) -> float | None:
+        return None
 
 
 class TrialShare(FixedShare):
@@ -68,6 +73,13 @@ class TrialShare(FixedShare):
     make it look faster: all but the first of a run were started before it (the first, which
     waited for the pipeline, is left out).
 
+    A share that cannot win is not run at all: while the first share runs, its packers time a
+    few images each through the CPU path (`stamp` asks, the packer answers in the buffer),
+    which bounds what CPU decoding could feed (`cpu_bound`). Where that bound is no faster
+    than the first share fed, the CPU's turn would only cost: with the loader alone on photos
+    it held the first epoch to 5,510 img/s past its first batch against 13,394 steady
+    (results/2026-11-28-h200-sidestream).
+
     The first share (GPU decoding) is kept unless another fed the consumer more than
     `keep_first` faster. What the trial times leans towards CPU decoding: the GPU's window comes
     first, while training still warms up, and a CPU share that cannot quite keep up is hidden
@@ -79,11 +91,19 @@ class TrialShare(FixedShare):
 
     def __init__(self, shares: tuple[float, ...] = (0.0, 1.0), skip: int = 8, window: int = 24,
                  early: int = 8, margin: float = 0.2, keep_first: float = 0.1,
-                 clock=time.perf_counter):
+                 clock=time.perf_counter, *, decoders: int = 0, batch_size: int = 0,
+                 probes: int = 2, probe_images: int = 64, min_probes: int = 16):
         super().__init__(shares[0])
         self.clock = clock
         self.shares, self.skip, self.window = tuple(shares), skip, window
         self.early, self.margin, self.keep_first = early, margin, keep_first
+        # The CPU's bound (cpu_bound): `decoders` packers fill batches of `batch_size`; each
+        # batch handed out while the trial runs asks its packer to time `probes` images
+        # through the CPU path, until `probe_images` are timed; `min_probes` make a bound.
+        self.decoders, self.batch_size = decoders, batch_size
+        self.probes, self.probe_images, self.min_probes = probes, probe_images, min_probes
+        self._probed = (0.0, 0)  # (seconds, images) timed so far; one tuple: read by another
+                                 # thread than the one that writes it
         self.timed = {s: [] for s in self.shares}   # steady intervals of each share's batches
         self.early_timed = {s: [] for s in self.shares}  # and every one but a run's first
         self.chosen: float | None = None
@@ -92,6 +112,30 @@ class TrialShare(FixedShare):
 
     def start_epoch(self) -> None:
         self._last, self._run = None, (None, 0)
+
+    def stamp(self, buf) -> None:
+        """Before a buffer is filled again: take what its last packer timed (its batch was
+        consumed and released), then give it the share and the images to time now."""
+        probe = buf.arrays.cpu_probe
+        if probe[2] > 0:
+            seconds, images = self._probed
+            self._probed = (seconds + float(probe[1]), images + int(probe[2]))
+        buf.arrays.cpu_share[0] = self.share
+        wanted = self.chosen is None and self.decoders > 0 and \
+            self._probed[1] < self.probe_images
+        probe[:] = (self.probes if wanted else 0, 0, 0)
+
+    @property
+    def cpu_bound(self) -> float | None:
+        """The most batches a second that CPU decoding could feed: every packer decoding at
+        the pace of the images it timed (None until `min_probes` were). A bound, not an
+        estimate: the probes ran while the packers mostly packed, and 15 processes that all
+        decode reach ~60% of 15 times one's rate on the GPU hosts (scripts/bench/README.md);
+        reading and the rest of the CPU path come on top."""
+        seconds, images = self._probed
+        if images < self.min_probes or seconds <= 0 or self.batch_size < 1:
+            return None
+        return round(self.decoders * images / seconds / self.batch_size, 3)
 
     def observe(self, wait_s: float, share: float | None = None) -> None:
         now = self.clock()
@@ -109,8 +153,8 @@ class TrialShare(FixedShare):
 
     def _next_phase(self) -> None:
         rates, whole = self.rates, self._timed_whole
-        pending = [s for s in self.shares
-                   if s not in whole and not self._clearly_slower(s, rates, whole)]
+        pending = [s for s in self.shares if s not in whole and not
+                   self._clearly_slower(s, rates, whole) and not self._cannot_win(s, rates, whole)]
         if pending:
             self.share = pending[0]  # stamped on the next buffers handed to the packers
             return
@@ -142,6 +186,15 @@ class TrialShare(FixedShare):
         fastest = max(rates[s] for s in whole)
         return len(intervals) / sum(intervals) < (1 - self.margin) * fastest
 
+    def _cannot_win(self, share: float, rates: dict, whole: list[float]) -> bool:
+        """`share` needs the CPU to decode that part of every batch, and even at the CPU's
+        bound it would feed no faster than the first share fed, timed whole: it is not run.
+        (_pick wants it `keep_first` faster: that cushion is left for the probes' sampling.)"""
+        first, bound = self.shares[0], self.cpu_bound
+        if share == first or share <= 0 or first not in whole or bound is None:
+            return False
+        return bound / share <= rates[first]
+
     @property
     def rates(self) -> dict:
         """Batches per second the consumer took with each share (measured so far)."""
@@ -156,11 +209,15 @@ def check_share(cpu_share) -> None:
         raise ValueError(f"cpu_share must be None or within [0, 1], got {cpu_share!r}")
 
 
-def share_control(cpu_share, trial: bool = False, in_flight: int = 8) -> FixedShare:
+def share_control(cpu_share, trial: bool = False, in_flight: int = 8, decoders: int = 0,
+                  batch_size: int = 0) -> FixedShare:
     """The controller for Options.cpu_share; None: a trial of GPU against CPU decoding where
     the loader chose the decode itself (decode="auto"), else share 0. `in_flight`: the most
-    batches the loader has on their way (its buffers), the trial's `skip`."""
+    batches the loader has on their way (its buffers), the trial's `skip`; `decoders` (the
+    packer processes) and `batch_size` turn the packers' timed CPU decodes into the CPU's
+    bound in batches a second (0: no probes)."""
     check_share(cpu_share)
     if cpu_share is None:
-        return TrialShare(skip=in_flight) if trial else FixedShare(0.0)
+        return TrialShare(skip=in_flight, decoders=decoders, batch_size=batch_size) if trial \
+            else FixedShare(0.0)
     return FixedShare(cpu_share)

@@ -137,6 +137,35 @@ def test_cpu_share_decodes_that_share_on_the_cpu_the_same_images_every_time():
     assert len(pack(1.0)[0]) == 64
 
 
+def test_a_probe_times_the_cpu_path_on_images_it_still_packs_for_the_gpu():
+    """decode="auto"'s trial asks the packer (batch.cpu_probe[0]) to time a few images through
+    the CPU path; the batch is packed exactly as without the probe, refused images are not
+    timed, and one the CPU cannot decode is not counted (the GPU's lane reports it)."""
+    layout = batch_layout(5, (8, 8, 3), arena_bytes=1 << 16)
+    cut = photo(4)[:956]  # its headers pass the screen, its data is half there
+    jpegs = [solid(60), solid(70, fmt="PNG"), photo(3), cut, photo(5)]
+
+    def pack(probes):
+        batch = views_of(bytearray(layout.nbytes), layout)
+        batch.cpu_probe[:] = (probes, 7.0, 7.0)  # the last batch's answer: not added to
+        packer = JpegPacker(Decoder(Augment.make(8, True)))
+        packer.start(batch)
+        for slot, data in enumerate(jpegs):
+            packer.fill(batch, slot, data, 40 + slot)
+        return batch, packer.take_fallbacks()
+
+    plain, plain_counts = pack(0)
+    assert plain.cpu_probe.tolist() == [0, 0, 0]
+    assert plain.lengths.tolist() == [len(jpegs[0]), 0, len(jpegs[2]), len(cut), len(jpegs[4])]
+    for probes, timed in ((1, 1), (3, 2), (10, 3)):  # the 4th packed JPEG is cut: not timed
+        probed, counts = pack(probes)
+        assert probed.cpu_probe[2] == timed and probed.cpu_probe[1] > 0, probes
+        assert counts == plain_counts == {"not_jpeg": 1}
+        for name in ("lengths", "offsets", "boxes", "arena"):
+            assert np.array_equal(getattr(probed, name), getattr(plain, name)), name
+        assert np.array_equal(probed.images[1], plain.images[1])  # the PNG, decoded here
+
+
 def packed_batch(files, augment, arena=1 << 20):
     """A host batch packed exactly as the workers would, without processes."""
     cpu = Decoder(augment)
@@ -900,6 +929,27 @@ def test_auto_decode_times_gpu_and_cpu_decoding_while_training_and_keeps_one(tmp
         assert set(loader.stats.share_rates) == {0.0, 1.0}
         assert loader.stats.cpu_share == trial.chosen
         assert loader.workers % 8 == 0  # as many packers as CPU decoding would have workers
+
+
+@cuda
+def test_auto_decode_does_not_try_cpu_decoding_that_cannot_win(tmp_path):
+    """The packers time a few images through the CPU path while the GPU decodes; where even
+    every packer at that pace would feed fewer batches a second than the GPU did, the trial
+    keeps the GPU without a CPU turn (here the bound is made tiny: one packer's pace spread
+    over a huge batch)."""
+    path = write_archive(tmp_path / "a.tgz", labeled_files(4, 64))  # 32 batches of 8
+    with ImageLoader(path, batch_size=8, size=32, device="cuda", seed=5,
+                     normalize=False) as loader:
+        trial = loader.cpu_share
+        next(iter(loader))
+        trial.skip, trial.window, trial.min_probes = 2, 4, 4
+        trial.decoders, trial.batch_size = 1, 10 ** 9
+        for _ in range(3):
+            for images, labels in loader:
+                assert_labels_match_pixels(images.cpu(), labels.cpu(), tolerance=8)
+        assert trial.chosen == 0.0 and set(loader.stats.share_rates) == {0.0}
+        assert 0 < loader.stats.cpu_bound < loader.stats.share_rates[0.0]
+        assert "cpu_share" not in loader.stats.fallbacks  # no batch was stamped for the CPU
 
 
 @cuda

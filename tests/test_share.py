@@ -194,3 +194,60 @@ def test_cpu_share_none_means_zero_unless_the_loader_chose_the_decode():
     assert share_control(0.5, trial=True).share == 0.5
     with pytest.raises(ValueError, match="cpu_share"):
         share_control(1.5)
+
+
+def packer_answers(buf, seconds_per_image: float) -> None:
+    """What a packer writes back into a buffer it was asked to probe (decode.JpegPacker)."""
+    asked = int(buf.arrays.cpu_probe[0])
+    buf.arrays.cpu_probe[1:] = (asked * seconds_per_image, asked)
+
+
+@pytest.mark.parametrize("seconds_per_image, tried", [(0.01, False), (0.001, True)])
+def test_a_cpu_share_that_cannot_win_is_not_tried(seconds_per_image, tried):
+    """4 packers, batches of 8: at 10 ms an image the CPU could feed at most 50 batches a
+    second, and the GPU fed 100: no CPU turn. At 1 ms (500 a second) the CPU is tried."""
+    clock = Clock()
+    pool = BufferPool(3, 8, (8, 8, 3), arena_bytes=100)
+    buffers = [pool.lease() for _ in range(3)]
+    trial = TrialShare(skip=2, window=5, clock=clock, decoders=4, batch_size=8, probes=2,
+                       min_probes=4)
+    for k in range(7):  # the GPU's window: buffers go round, each answered before reuse
+        buf = buffers[k % 3]
+        trial.stamp(buf)
+        assert buf.arrays.cpu_share[0] == 0.0 and buf.arrays.cpu_probe[0] == 2
+        packer_answers(buf, seconds_per_image)
+        consume(trial, clock, [0.0], 0.01)
+    assert trial.cpu_bound == pytest.approx(4 / seconds_per_image / 8, rel=1e-3)
+    if tried:
+        assert trial.chosen is None and trial.share == 1.0
+        return
+    assert trial.chosen == 0.0 and trial.share == 0.0 and set(trial.rates) == {0.0}
+    trial.stamp(buffers[0])  # decided: no more probes
+    assert buffers[0].arrays.cpu_probe.tolist() == [0, 0, 0]
+
+
+def test_probes_stop_once_enough_are_timed_and_make_no_bound_before():
+    pool = BufferPool(1, 8, (8, 8, 3), arena_bytes=100)
+    buf = pool.lease()
+    trial = TrialShare(decoders=2, batch_size=8, probes=3, probe_images=6, min_probes=4)
+    trial.stamp(buf)
+    packer_answers(buf, 0.002)
+    trial.stamp(buf)  # 3 timed: fewer than min_probes
+    assert trial.cpu_bound is None and buf.arrays.cpu_probe[0] == 3
+    packer_answers(buf, 0.002)
+    trial.stamp(buf)  # 6 timed: enough
+    assert buf.arrays.cpu_probe.tolist() == [0, 0, 0]
+    assert trial.cpu_bound == pytest.approx(2 / 0.002 / 8)
+    trial.stamp(buf)  # an answer is read once
+    assert trial.cpu_bound == pytest.approx(2 / 0.002 / 8)
+    no_packers = TrialShare(batch_size=8)  # decoding in the loader's own process: no probes
+    no_packers.stamp(buf)
+    assert buf.arrays.cpu_probe[0] == 0 and no_packers.cpu_bound is None
+    buf.arrays.cpu_probe[0] = 5
+    FixedShare(0.0).stamp(buf)  # a buffer a trial asked: a fixed share asks nothing
+    assert buf.arrays.cpu_probe.tolist() == [0, 0, 0]
+
+
+def test_the_loader_gives_the_trial_its_packers_and_batch_size():
+    trial = share_control(None, trial=True, in_flight=22, decoders=16, batch_size=256)
+    assert (trial.skip, trial.decoders, trial.batch_size) == (22, 16, 256)

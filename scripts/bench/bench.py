@@ -422,8 +422,9 @@ def run_ours(trainer, archive, args, prefetch: int, model: str, decode: str = "c
         result["decoder"] = loader.decode_name
         result["cpu_share"] = loader.stats.cpu_share  # decode="auto": the trial's choice
         result["share_rates"] = {str(k): v for k, v in loader.stats.share_rates.items()}
+        result["cpu_bound"] = loader.stats.cpu_bound  # the CPU's most batches/s, or None
         print(f"{'':32s} {result['decoder']}, cpu share {result['cpu_share']} "
-              f"{result['share_rates']}", flush=True)
+              f"{result['share_rates']}, cpu bound {result['cpu_bound']}", flush=True)
     return result
 
 
