@@ -532,17 +532,21 @@ def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = N
         memory = {k: round(v - before.get(k, 0), 2) for k, v in memory_in_use().items()}
         workers, readers, regions = loader.workers, loader.stats.readers, loader.stats.regions
         decoder, fallbacks = loader.decode_name, dict(loader.stats.fallbacks)
+        trial = {"cpu_share": loader.stats.cpu_share, "cpu_bound": loader.stats.cpu_bound,
+                 "share_rates": {str(k): v for k, v in loader.stats.share_rates.items()}}
     name = f"ours loader alone, {decode} decode, {readers} reader(s)" + (
         f" in {regions} regions" if regions else ", one stream") + variant_label(
         decode, lanes, large, args.cpu_share)
     print(f"{name:32s} {rate:9.0f} img/s  first epoch {first_epoch:.0f} img/s ({past_start:.0f} "
           f"past its first batch, {first_batch_s:.2f} s)  {decoder} {memory}, cores: this "
           f"process {cores[0]}, all {cores[1]}", flush=True)
+    if decode == "auto":  # which share the trial kept, its rates, and the CPU's bound
+        print(f"{'':32s} trial: {trial}", flush=True)
     return {"recipe": name, "img_per_s": rate, "first_epoch_img_per_s": first_epoch,
             "first_epoch_past_first_batch_img_per_s": past_start,
             "cores_this_process": cores[0], "cores_all": cores[1], "fallbacks": fallbacks,
             "workers": workers, "readers": readers, "regions": regions,
-            "first_batch_s": first_batch_s, "decoder": decoder, "memory_gb": memory}
+            "first_batch_s": first_batch_s, "decoder": decoder, "memory_gb": memory, **trial}
 
 
 def spy_on_this_process(folder: str | None, seconds: float, tag: str, gil: bool = False):

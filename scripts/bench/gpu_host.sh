@@ -32,6 +32,8 @@
 #                                 # training thread waits: context switches, stacks, ~4 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR sidestream [photos|fixed]  # ResNet-18's steps on a
 #                                 # side stream: what the loader beside them lacks, ~5 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR firstepoch [photos|fixed]  # decode="auto"'s first
+#                                 # epoch (its trial) against "cuda": loader, ResNet-18, ~4 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR host      # 2-GPU host: what two runs take from each
 #                                                    # other without DDP; shared cores, ~8 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR beside    # 2-GPU host: which neighbour slows a
@@ -416,6 +418,28 @@ sidestream() {  # KIND: with ResNet-18's steps on a side stream its training thr
   python3 $here/lockstep.py "$jsonl" | tee "$out/lockstep-$kind.log"
 }
 
+firstepoch() {  # KIND: the first epoch with decode="auto" (the default: its trial of CPU
+  # decoding, which the packers' timed CPU decodes may skip, loader.stats.cpu_bound) against
+  # "cuda", ROUNDS (2) interleaved: the loader alone on 32,000 images (bench.py, a fresh loader
+  # each row: the first epoch in full and past its first batch, then the steady rate; the
+  # trial's rates and bound), and ResNet-18's first epoch of 60 steps (train_resnet.py's
+  # epoch row: img/s, wait%, seconds). ~4 min
+  local kind=${1:-photos} archive="$data/${1:-photos}-32000.tgz" work train round d
+  ensure_archive "$archive" --sizes "$kind" --images 32000
+  one_gpu_training "$kind" 1
+  for round in $(seq 1 "${ROUNDS:-2}"); do
+    for d in auto cuda; do
+      python3 $here/bench.py --archive "$archive" --shards 0 --models= --recipes loader \
+        --decode $d --warmup 10 --steps 20 --max-seconds 3 \
+        --out "$out/firstepoch-$kind-$d-$round.json" 2>&1 | grep -a 'loader alone\|trial:' \
+        | sed "s/^/$kind, round $round: /"
+      rm -rf "$work/r"
+      $train --decode $d --out-dir "$work/r" 2>&1 | grep -E '^ +0 ' \
+        | sed "s/^/$kind, round $round, ResNet-18 first epoch, $d: /"
+    done
+  done
+}
+
 blocking() {  # KIND: where fed ResNet-18's training thread waits (probe_blocking.py): its
   # voluntary / nonvoluntary context switches per second in a window of a steady epoch, with
   # its data on the GPU, fed with the steps on CUDA's legacy default stream (the default) and
@@ -764,6 +788,7 @@ case "$part" in
   spread) spread "${3:-photos}" 2>&1 | tee "$out/spread-${3:-photos}.log" ;;
   blocking) blocking "${3:-photos}" 2>&1 | tee "$out/blocking-${3:-photos}.log" ;;
   sidestream) sidestream "${3:-photos}" 2>&1 | tee "$out/sidestream-${3:-photos}.log" ;;
+  firstepoch) firstepoch "${3:-photos}" 2>&1 | tee "$out/firstepoch-${3:-photos}.log" ;;
   host) host "${3:-fixed}" 2>&1 | tee "$out/host-${3:-fixed}.log" ;;
   beside) beside 2>&1 | tee "$out/beside.log" ;;
   spy) spy "${3:-fixed}" ;;
@@ -773,5 +798,5 @@ case "$part" in
   dali) dali "${3:-photos}" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
-  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, spread, blocking, sidestream, host, beside, spy, versus, regions, profile, suspects, batchcall or none" >&2; exit 2 ;;
+  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, spread, blocking, sidestream, firstepoch, host, beside, spy, versus, regions, profile, suspects, batchcall or none" >&2; exit 2 ;;
 esac
