@@ -158,7 +158,7 @@ class JpegPacker:
         self._end = 0
         self._share = 0.0
         self._probes = 0       # images of this batch still to time through the CPU path
-        self._scratch = None   # their pixels, thrown away
+        self._scratch = None   # their pixels, thrown away; None: no probe decoded here yet
 
     @property
     def out_shape(self) -> tuple[int, int, int]:
@@ -205,18 +205,23 @@ class JpegPacker:
         return counts
 
     def _time_on_cpu(self, batch, data: bytes, seed: int) -> None:
-        """Decode one image as the CPU path would, into scratch, and add its time to the
-        batch's probe. An image the CPU cannot decode is not timed: the GPU's lane reports it."""
+        """Decode one image as the CPU path would, into scratch, and add the CPU time it
+        took to the batch's probe. CPU time, not wall time: a packer preempted at a busy start
+        must not make CPU decoding look slower than it is (the parent takes the bound for an
+        upper one). This process's first probe is not timed (it warms the decoder's code
+        and buffers), nor is an image the CPU cannot decode (the GPU's lane reports it)."""
         self._probes -= 1
-        if self._scratch is None:
+        warm = self._scratch is not None
+        if not warm:
             self._scratch = np.empty(self.cpu.out_shape, np.uint8)
-        start = time.perf_counter()
+        start = time.thread_time()
         try:
             self.cpu(data, self._scratch, seed)
         except SampleError:
             return
-        batch.cpu_probe[1] += time.perf_counter() - start
-        batch.cpu_probe[2] += 1
+        if warm:
+            batch.cpu_probe[1] += time.thread_time() - start
+            batch.cpu_probe[2] += 1
 
 
 def _unit(seed: int) -> float:

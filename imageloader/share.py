@@ -127,11 +127,11 @@ class TrialShare(FixedShare):
 
     @property
     def cpu_bound(self) -> float | None:
-        """The most batches a second that CPU decoding could feed: every packer decoding at
-        the pace of the images it timed (None until `min_probes` were). A bound, not an
-        estimate: the probes ran while the packers mostly packed, and 15 processes that all
-        decode reach ~60% of 15 times one's rate on the GPU hosts (scripts/bench/README.md);
-        reading and the rest of the CPU path come on top."""
+        """The most batches a second that CPU decoding could feed: every packer decoding
+        without a pause at the CPU time the images it timed took (None until `min_probes`
+        were). A bound, not an estimate: a process decodes at most one CPU second a second,
+        15 processes that all decode reach ~60% of 15 times one's rate on the GPU hosts
+        (scripts/bench/README.md), and reading and the rest of the CPU path come on top."""
         seconds, images = self._probed
         if images < self.min_probes or seconds <= 0 or self.batch_size < 1:
             return None
