@@ -963,3 +963,21 @@ def test_probe_blocking_counts_a_sleeping_threads_voluntary_switches(monkeypatch
     with pytest.raises(SystemExit, match="before the window"):
         probe.main(script_args(probe, "--after", "1", "--dumps", "0", "--log", tmp_path / "log",
                                "--", sys.executable, "-c", "pass"))
+
+
+def test_bench_loader_cpu_reports_the_trials_bound_beside_the_rate_it_bounds(monkeypatch,
+                                                                            tmp_path, capsys):
+    """--bound: N JPEGs timed as the packers' probe times them (the first is a warm-up), and
+    the CPU rate that `workers` processes at that pace could reach, beside the rate measured."""
+    files = [(f"train/c{k % 3}/{k}.jpg", photo(k, (96 + 8 * k, 64))) for k in range(12)]
+    archive = write_archive(tmp_path / "a.tgz", files)
+    script = load_script("bench_loader_cpu", monkeypatch)
+    bound = script.probe_bound(str(archive), 5, 32, workers=3)
+    assert bound["images"] == 5 and bound["cpu_ms_per_image"] > 0
+    assert bound["img_per_s"] == pytest.approx(3 * 1000 / bound["cpu_ms_per_image"], rel=0.01)
+    args = script.get_args_parser().parse_args(
+        ["--archive", str(archive), "--workers", "0", "--batch-size", "4", "--size", "32",
+         "--epochs", "1", "--bound", "6"])
+    result = script.main(args)
+    assert result["probe_bound"]["images"] == 6 and result["img_per_s"] > 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == result
