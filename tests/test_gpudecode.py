@@ -940,18 +940,23 @@ def test_auto_decode_does_not_try_cpu_decoding_that_cannot_win(tmp_path):
     keeps the GPU without a CPU turn (here the bound is made tiny: one packer's pace spread
     over a huge batch)."""
     path = write_archive(tmp_path / "a.tgz", labeled_files(4, 64))  # 32 batches of 8
-    with ImageLoader(path, batch_size=8, size=32, device="cuda", seed=5,
+    # Two packers: few buffers, so that they come back with their probes' answers well
+    # before the GPU's window (its ~10 buffers skipped, then 8 batches) is timed.
+    with ImageLoader(path, batch_size=8, size=32, device="cuda", seed=5, workers=2,
                      normalize=False) as loader:
         trial = loader.cpu_share
         next(iter(loader))
-        trial.skip, trial.window, trial.min_probes = 2, 4, 4
-        trial.decoders, trial.batch_size = 1, 10 ** 9
+        assert trial.skip == len(loader._runtime.pool.buffers) <= 12
+        trial.window, trial.min_probes = 8, 4
+        trial.decoders, trial.batch_size = 1, 10 ** 4  # ~1 batch/s at most
+        decoded = Counter()
         for _ in range(3):
             for images, labels in loader:
                 assert_labels_match_pixels(images.cpu(), labels.cpu(), tolerance=8)
+            decoded.update(loader.stats.fallbacks)
         assert trial.chosen == 0.0 and set(loader.stats.share_rates) == {0.0}
         assert 0 < loader.stats.cpu_bound < loader.stats.share_rates[0.0]
-        assert "cpu_share" not in loader.stats.fallbacks  # no batch was stamped for the CPU
+        assert "cpu_share" not in decoded and decoded["gpu_decoded"] == 3 * 256  # no CPU turn
 
 
 @cuda
