@@ -136,8 +136,8 @@ class LoaderStats:
     share_rates: dict = field(default_factory=dict)  # decode="auto": batches/s the consumer
                                         # took with each share in the trial (share.py)
     cpu_bound: float | None = None      # decode="auto": the most batches/s CPU decoding
-                                        # could feed, from the packers' timed decodes; at
-                                        # or under the GPU's rate the CPU is not tried
+                                        # could feed, from the packers' timed decodes; 20%
+                                        # or more under the GPU's rate: the CPU is not tried
     fetched: int = 0                    # bytes fetched from URL sources by this rank's readers
     requests: int = 0                   # ... in this many requests,
     retries: int = 0                    # of which this many repeated one that failed

@@ -75,8 +75,8 @@ class TrialShare(FixedShare):
 
     A share that cannot win is not run at all: while the first share runs, its packers time a
     few images each through the CPU path (`stamp` asks, the packer answers in the buffer),
-    which bounds what CPU decoding could feed (`cpu_bound`). Where that bound is no faster
-    than the first share fed, the CPU's turn would only cost: with the loader alone on photos
+    which bounds what CPU decoding could feed (`cpu_bound`). Where that bound is clearly
+    slower than the first share fed, the CPU's turn would only cost: with the loader alone on photos
     it held the first epoch to 5,510 img/s past its first batch against 13,394 steady
     (results/2026-11-28-h200-sidestream).
 
@@ -188,12 +188,15 @@ class TrialShare(FixedShare):
 
     def _cannot_win(self, share: float, rates: dict, whole: list[float]) -> bool:
         """`share` needs the CPU to decode that part of every batch, and even at the CPU's
-        bound it would feed no faster than the first share fed, timed whole: it is not run.
-        (_pick wants it `keep_first` faster: that cushion is left for the probes' sampling.)"""
+        bound it would feed clearly slower (by `margin`) than the first share fed, timed
+        whole: it is not run. Two cushions against a bound measured low: that margin, and
+        `keep_first` (_pick wants another share faster than the first by that much). The
+        probes' CPU time per image varied by up to ~20% between runs on a 2-core VM
+        (results/2026-11-28-cpu-bound)."""
         first, bound = self.shares[0], self.cpu_bound
         if share == first or share <= 0 or first not in whole or bound is None:
             return False
-        return bound / share <= rates[first]
+        return bound / share <= (1 - self.margin) * rates[first]
 
     @property
     def rates(self) -> dict:
