@@ -16,6 +16,7 @@ rate the workers then reach: the bound must not be below it.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import tarfile
@@ -32,9 +33,9 @@ from imageloader.decode import Augment, Decoder, JpegPacker  # noqa: E402
 def probe_bound(archive: str, images: int, size: int, workers: int) -> dict:
     """The trial's bound on CPU decoding: `images` JPEGs of the archive (its first ones)
     packed with a probe on every one, as a packer asked by share.TrialShare would time them."""
-    with tarfile.open(archive) as tar:
-        jpegs = [tar.extractfile(m).read() for m in tar
-                 if m.isfile() and m.name.lower().endswith((".jpg", ".jpeg"))][:images + 1]
+    with tarfile.open(archive) as tar:  # only as far as the JPEGs it needs
+        members = (m for m in tar if m.isfile() and m.name.lower().endswith((".jpg", ".jpeg")))
+        jpegs = [tar.extractfile(m).read() for m in itertools.islice(members, images + 1)]
     packer = JpegPacker(Decoder(Augment.make(size, True)))
     layout = batch_layout(len(jpegs), packer.out_shape, arena_bytes=sum(map(len, jpegs)))
     batch = views_of(bytearray(layout.nbytes), layout)
