@@ -88,6 +88,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     a("--train-stream", default="default", choices=["default", "side"],
       help="the CUDA stream the steps run on: CUDA's legacy default stream (what a plain "
       "training script uses) or a non-blocking stream of its own")
+    a("--cuda-graph", action="store_true", help="CUDA: capture the forward, the loss and the "
+      "backward (with DDP's all-reduces) once as a CUDA graph after 11 eager steps and replay "
+      "it every step, the optimizer stepping eagerly; the steps run on a side stream (a graph "
+      "cannot be captured on the legacy default stream)")
     a("--seed", type=int, default=0, help="seed of init, shuffle and augmentation")
     a("--device", default=None, help="cuda, cuda:1, cpu (default: cuda if available; under "
       "torchrun: the rank's GPU, shared round-robin if ranks outnumber GPUs)")
@@ -137,6 +141,17 @@ def resolve(args) -> tuple[torch.device, dict | None]:
     """Fill the device-dependent defaults in place; load the checkpoint if resuming."""
     wants_cuda = torch.cuda.is_available() and (args.device or "cuda").startswith("cuda")
     args.rank, args.world_size, rank_device = setup_distributed(use_cuda=wants_cuda)
+    if args.cuda_graph and args.compile:
+        raise SystemExit("--cuda-graph and --compile: choose one (torch.compile's "
+                         "mode='reduce-overhead' makes graphs of its own)")
+    if args.cuda_graph and not wants_cuda:
+        raise SystemExit("--cuda-graph needs CUDA")
+    if args.cuda_graph and args.world_size > 1 and dist.get_backend() != "nccl":
+        # Gloo reduces through the host, which no graph can capture.
+        raise SystemExit("--cuda-graph under torchrun needs NCCL, one GPU per rank; these "
+                         "ranks share GPUs over gloo")
+    if args.cuda_graph:
+        args.train_stream = "side"  # CUDA cannot capture on the legacy default stream
     if args.pin_cores:
         args.cores = pin_local_rank_cores()  # before any loader starts its processes
         if args.cores and args.workers is None:
@@ -291,9 +306,100 @@ class StepTimes:
                 for name, values in lists.items()}
 
 
-def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=None,
-                    save=None) -> dict:
-    model.train()
+class EagerStep:
+    """One training step as written: forward with the loss, backward, the optimizer's step."""
+
+    settled = True  # no warm-up of its own: the steady clock may start
+
+    def __init__(self, model, opt, criterion, args):
+        self.model, self.opt, self.criterion, self.args = model, opt, criterion, args
+
+    def forward_backward(self, images, labels, times: StepTimes | None = None,
+                         cache: bool = True):
+        # cache=False under capture: autocast's cast cache must not outlive the graph.
+        with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=self.args.amp,
+                            cache_enabled=cache):
+            logits = self.model(images)
+            loss = self.criterion(logits, labels)
+        if times is not None:
+            times.mark("forward")
+        loss.backward()
+        if times is not None:
+            times.mark("backward")
+        return loss, logits
+
+    def __call__(self, images, labels, times: StepTimes):
+        self.opt.zero_grad(set_to_none=True)
+        loss, logits = self.forward_backward(images, labels, times)
+        self.opt.step()
+        return loss, logits
+
+
+class GraphedStep(EagerStep):
+    """--cuda-graph: the forward, the loss and the backward (DDP's all-reduces included)
+    captured once as a CUDA graph, then one replay per step; the optimizer steps eagerly (a
+    few foreach kernels), so the learning-rate schedule applies as usual. Why: fed by the
+    loader, ResNet-18's eager step launches its ~300 kernels from a host thread that shares the
+    driver with the decoders' threads, and those launches vary by milliseconds
+    (results/2026-11-28-h200-blocking); under DDP each step lasts as long as the slower rank's.
+    A replay is one launch.
+
+    WARMUP eager steps come first: cuDNN's autotuning, and DDP's bucket rebuild and its timing
+    of the first 10 iterations, cannot run inside a capture. The capture then runs on the
+    current stream, which must not be the legacy default one (--cuda-graph makes the steps'
+    stream a side stream; DDP was built on it too, as CUDA graphs under DDP require).
+    capture_error_mode="thread_local": the loader's threads go on calling CUDA meanwhile."""
+
+    WARMUP = 11
+
+    def __init__(self, model, opt, criterion, args):
+        super().__init__(model, opt, criterion, args)
+        self.eager_steps, self.graph = 0, None
+
+    @property
+    def settled(self) -> bool:  # the steady clock starts after the capture, not before
+        return self.graph is not None
+
+    def __call__(self, images, labels, times: StepTimes):
+        if self.graph is None and self.eager_steps < self.WARMUP:
+            self.eager_steps += 1
+            return super().__call__(images, labels, times)
+        if self.graph is None:
+            self._capture(images, labels)
+        # Stream order: the copies wait for the previous replay's reads, the replay for them.
+        self.images.copy_(images, non_blocking=True)
+        self.labels.copy_(labels, non_blocking=True)
+        self.graph.replay()
+        times.mark("forward")  # the whole of forward and backward, as queued
+        times.mark("backward")
+        self.opt.step()
+        return self.loss, self.logits
+
+    def _capture(self, images, labels) -> None:
+        self.images, self.labels = images.clone(), labels.clone()  # the graph's static inputs
+        # With no gradients held, the captured backward assigns them rather than adding to
+        # them: each replay writes this step's gradients over the last ones (no zero_grad).
+        self.opt.zero_grad(set_to_none=True)
+        self.graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.current_stream(images.device)
+        # torch.cuda.graph synchronizes the device and empties the cache first: once.
+        with torch.cuda.graph(self.graph, stream=stream, capture_error_mode="thread_local"):
+            self.loss, self.logits = self.forward_backward(self.images, self.labels,
+                                                           cache=False)
+
+
+def make_step(model, opt, criterion, args) -> EagerStep:
+    return (GraphedStep if args.cuda_graph else EagerStep)(model, opt, criterion, args)
+
+
+def weights_sum(model: nn.Module) -> float:
+    """The sum of every weight, in float64: one number a rank's drift would change."""
+    with torch.no_grad():
+        return sum(p.double().sum() for p in model.parameters()).item()  # synchronizes
+
+
+def train_one_epoch(step_fn, loader, sched, epoch, args, profiler=None, save=None) -> dict:
+    step_fn.model.train()
     steps = min(len(loader), args.max_steps or len(loader))
     device = loader.device
     # Running sums stay on the device: reading them every step would make the host wait for
@@ -309,7 +415,7 @@ def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=
     batches = iter(loader)
     try:
         for step in range(first, steps):
-            if step == first + args.steady_after:
+            if steady_start is None and step >= first + args.steady_after and step_fn.settled:
                 # One synchronize, once: the steady clock starts when the warm-up steps have
                 # really run, not when they were queued.
                 if device.type == "cuda":
@@ -321,14 +427,7 @@ def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=
             if batch is None:  # fewer batches than scanned: some images failed to decode
                 break
             images, labels = batch
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.amp):
-                logits = model(images)
-                loss = criterion(logits, labels)
-            times.mark("forward")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            times.mark("backward")
-            opt.step()
+            loss, logits = step_fn(images, labels, times)
             sched.step()
             loss_sum += loss.detach() * len(labels)
             correct += (logits.argmax(1) == labels).sum()
@@ -366,6 +465,9 @@ def train_one_epoch(model, loader, opt, sched, criterion, epoch, args, profiler=
                              if steady_start is not None else 0.0, args, device)
     return {"train_loss": loss, "train_acc": acc, "img_per_s": seen_total / seconds,
             "steady_img_per_s": steady, "steady_wait_pct_per_rank": steady_waits,
+            # DDP keeps every rank's weights equal; a rank whose all-reduces went missing
+            # (say, from a graph's replays) drifts from the others.
+            "weights_sum_per_rank": each_rank(weights_sum(step_fn.model), args, device),
             **times.gathered(args, device),
             "data_wait_pct": 100 * wait_s / seconds, "seconds": seconds,
             "lr": sched.get_last_lr()[0]}
@@ -483,10 +585,11 @@ def run(args, device, ckpt) -> dict:
         return metrics
     with build_loader(args.data, args, device, train=True, vocab=classes) as train, \
             build_loader(args.val, args, device, train=False, vocab=train.vocab) as val:
-        model = make_model(args, len(train.vocab), ckpt, device)
         if args.data_on_gpu:
             train = FirstBatchOnly(train)
         with training_stream(args.train_stream, device):
+            # Built on the steps' stream: DDP under a CUDA graph must be (--cuda-graph).
+            model = make_model(args, len(train.vocab), ckpt, device)
             return fit(model, train, val, ckpt, Path(args.out_dir), args)
 
 
@@ -568,9 +671,10 @@ def fit(model, train, val, ckpt, out_dir: Path, args) -> dict:
             start = ckpt["epoch"]
     compiled = torch.compile(model) if args.compile else model
     criterion = nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
+    step_fn = make_step(compiled, opt, criterion, args)
     say(f"{args.arch} on {train.device} x {args.world_size} rank(s): {len(train.vocab)} "
         f"classes, {steps} steps/epoch of {args.batch_size}, lr {args.lr:g} (effective "
-        f"peak), amp {args.amp}, epochs {start}..{args.epochs - 1}, out {out_dir}")
+        f"peak), amp {args.amp}{', CUDA graph' if args.cuda_graph else ''}, epochs {start}..{args.epochs - 1}, out {out_dir}")
     say(HEADER)
     metrics: dict = {}
 
@@ -581,8 +685,7 @@ def fit(model, train, val, ckpt, out_dir: Path, args) -> dict:
     for epoch in range(start, args.epochs):
         profiling = args.profile and epoch == start and is_main()
         with make_profiler(out_dir, args.profile_at) if profiling else nullcontext() as prof:
-            metrics = train_one_epoch(compiled, train, opt, sched, criterion, epoch, args, prof,
-                                      save_mid_epoch)
+            metrics = train_one_epoch(step_fn, train, sched, epoch, args, prof, save_mid_epoch)
         metrics.update(evaluate(compiled, val, args), epoch=epoch)
         say(ROW.format(epoch, *(f"{metrics[k]:.{p}f}" for k, p in (
             ("train_loss", 4), ("train_acc", 2), ("val_top1", 2), ("val_top5", 2),
@@ -598,6 +701,7 @@ def fit(model, train, val, ckpt, out_dir: Path, args) -> dict:
             with open(out_dir / "metrics.jsonl", "a") as f:
                 f.write(json.dumps({**metrics, "arch": args.arch, "ranks": args.world_size,
                                     "data_on_gpu": args.data_on_gpu, "decode": args.decode,
+                                    "cuda_graph": args.cuda_graph,
                                     "loader": train.stats.as_dict(),
                                     "val_loader": val.stats.as_dict()}) + "\n")
         save_checkpoint(out_dir / "checkpoint.pt", model, opt, sched, epoch, args,

@@ -100,16 +100,19 @@ def assert_labels_match_pixels(images_uint8, labels, tolerance: int = 6) -> None
     assert worst <= tolerance, f"pixels do not match labels: max |mean - level| = {worst}"
 
 
-def torchrun(script, *flags: str, ranks: int = 2, timeout: int = 170):
-    """Run a script under torchrun on this host. With CUDA the ranks see ONE GPU, so they
-    outnumber the GPUs (the case that used to ask for cuda:1 on a one-GPU host)."""
+def torchrun(script, *flags: str, ranks: int = 2, timeout: int = 170, gpus: int = 1):
+    """Run a script under torchrun on this host. With CUDA the ranks see `gpus` GPUs: by
+    default ONE, so they outnumber the GPUs (the case that used to ask for cuda:1 on a one-GPU
+    host)."""
     import torch
 
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     path = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}  # this checkout's package
     if torch.cuda.is_available():
-        env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES",
+                                 ",".join(map(str, range(torch.cuda.device_count()))))
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(visible.split(",")[:gpus])
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -162,6 +162,8 @@ def test_two_ranks_under_torchrun_share_what_the_host_has(tmp_path) -> None:
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["loader"]["batches"] == 3
     assert len(json.loads(lines[0])["steady_wait_pct_per_rank"]) == 2  # each rank's own
+    sums = json.loads(lines[0])["weights_sum_per_rank"]
+    assert len(sums) == 2 and sums[0] == pytest.approx(sums[1], rel=1e-9)  # DDP: one model
     # 3 steps, none past the default 10 of warm-up: each rank's list of step times is empty.
     assert json.loads(lines[0])["steady_step_ms_per_rank"] == [[], []]
 
@@ -305,3 +307,86 @@ def test_training_on_a_side_stream_learns_on_cuda(script, tmp_path) -> None:
          "--epochs", "2", "--workers", "0", "--train-stream", "side",
          "--out-dir", str(tmp_path / "side")]))
     assert result["val_top1"] > CHANCE_PLUS, result
+
+
+def test_cuda_graph_needs_cuda_and_is_not_compile(script) -> None:
+    parse = script.get_args_parser().parse_args
+    assert parse([]).cuda_graph is False
+    with pytest.raises(SystemExit, match="choose one"):
+        script.main(parse(["--cuda-graph", "--compile"]))
+    with pytest.raises(SystemExit, match="needs CUDA"):
+        script.main(parse(["--cuda-graph", "--device", "cpu"]))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_graphed_step_trains_as_the_eager_one(script, monkeypatch) -> None:
+    """GraphedStep: WARMUP eager steps, then the capture and a replay per step, the optimizer
+    stepping eagerly: after the same batches, the same losses and weights as EagerStep's
+    (float32, cuDNN deterministic for the comparison). A replay that added this step's
+    gradients to the last ones, or replayed nothing, would drift at once."""
+    from torch import nn
+    monkeypatch.setattr(script.GraphedStep, "WARMUP", 2)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    args = script.get_args_parser().parse_args(["--no-amp"])
+    device = torch.device("cuda:0")
+    torch.manual_seed(0)
+    batches = [(torch.randn(8, 3, 32, 32, device=device),
+                torch.randint(0, 10, (8,), device=device)) for _ in range(6)]
+    models = [script.build_model("resnet18", 10, 32, 3).to(device) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    side = torch.cuda.Stream(device)  # a capture cannot run on the legacy default stream
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        steps = [kind(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9,
+                                             weight_decay=1e-4), nn.CrossEntropyLoss(), args)
+                 for model, kind in zip(models, (script.EagerStep, script.GraphedStep))]
+        for images, labels in batches:
+            eager, graphed = (step(images, labels, script.StepTimes(0))[0].item()
+                              for step in steps)
+            assert graphed == pytest.approx(eager, rel=1e-4)
+        assert steps[1].graph is not None and steps[1].eager_steps == 2
+        for p, q in zip(*(model.parameters() for model in models)):
+            torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_graph_training_learns_and_its_clock_starts_after_the_capture(script,
+                                                                          tmp_path) -> None:
+    out = tmp_path / "graph"
+    result = script.main(script.get_args_parser().parse_args(
+        ["--size", "8", "--batch-size", "32", "--max-steps", "40", "--device", "cuda:0",
+         "--epochs", "2", "--workers", "0", "--cuda-graph", "--out-dir", str(out)]))
+    assert result["val_top1"] > CHANCE_PLUS, result
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all(m["cuda_graph"] for m in lines)
+    # Epoch 0: 11 eager steps, the capture in step 11, the clock from step 12 (28 steps of
+    # 40); epoch 1 replays from its first step, the clock from step 10 (30).
+    assert [len(m["steady_step_ms_per_rank"][0]) for m in lines] == [28, 30]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.timeout(240)
+def test_cuda_graph_refuses_ranks_that_share_a_gpu(tmp_path) -> None:
+    result = torchrun(SCRIPT, "--cuda-graph", "--epochs", "1", "--max-steps", "3", "--size",
+                      "8", "--workers", "0", "--out-dir", str(tmp_path / "run"), timeout=230)
+    assert result.returncode != 0
+    assert "--cuda-graph under torchrun needs NCCL" in result.stderr, result.stderr[-3000:]
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.timeout(300)
+def test_two_gpus_each_replay_a_graph_with_ddps_all_reduces_inside(tmp_path) -> None:
+    """Two NCCL ranks, one GPU each, --cuda-graph: the all-reduces are captured with the
+    backward, so the ranks' weights stay equal over 66 steps (a graph without them would let
+    each rank train on its half alone), and the run learns."""
+    out = tmp_path / "run"
+    result = torchrun(SCRIPT, "--cuda-graph", "--epochs", "3", "--size", "8", "--batch-size",
+                      "32", "--workers", "0", "--out-dir", str(out), gpus=2, timeout=290)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "on cuda:0 x 2 rank(s)" in result.stdout and "CUDA graph" in result.stdout
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    sums = lines[-1]["weights_sum_per_rank"]
+    assert sums[0] == pytest.approx(sums[1], rel=1e-9), sums
+    assert lines[-1]["val_top1"] > CHANCE_PLUS, lines[-1]
+
