@@ -342,7 +342,9 @@ class GraphedStep(EagerStep):
     loader, ResNet-18's eager step launches its ~300 kernels from a host thread that shares the
     driver with the decoders' threads, and those launches vary by milliseconds
     (results/2026-11-28-h200-blocking); under DDP each step lasts as long as the slower rank's.
-    A replay is one launch.
+    A replay is one launch. Measured (results/2026-11-28-h200x2-graph): on 500x375 images two
+    GPUs then lose 3.5-10.5 points a GPU against 8.6-21.3 eager; on photos it is slower, the
+    loader's own GPU work getting less of a GPU the replays keep busy. So it is not the default.
 
     WARMUP eager steps come first: cuDNN's autotuning, and DDP's bucket rebuild and its timing
     of the first 10 iterations, cannot run inside a capture. The capture then runs on the

@@ -981,3 +981,33 @@ def test_bench_loader_cpu_reports_the_trials_bound_beside_the_rate_it_bounds(mon
     result = script.main(args)
     assert result["probe_bound"]["images"] == 6 and result["img_per_s"] > 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1]) == result
+
+
+# --- scaling ----------------------------------------------------------------------------
+
+
+def test_scaling_rates_each_fed_epoch_against_its_own_ceiling(monkeypatch, tmp_path):
+    """Runs in gpu_host.sh ranks' order: ceilings (1 epoch) then fed (2 here), 1 GPU then 2,
+    per step kind; a second file without ceilings takes the first file's."""
+    scaling = load_script("scaling", monkeypatch)
+
+    def run(rates, ranks, on_gpu, graph):
+        return [{"epoch": e, "arch": "resnet18", "ranks": ranks, "data_on_gpu": on_gpu,
+                 "cuda_graph": graph, "steady_img_per_s": r} for e, r in enumerate(rates)]
+
+    lines = (run([10000], 1, True, False) + run([19000], 2, True, False)
+             + run([8000, 9000], 1, False, False) + run([14000, 15200], 2, False, False)
+             + run([12000], 1, True, True) + run([24000], 2, True, True)
+             + run([6000, 9600], 1, False, True) + run([12000, 18000], 2, False, True))
+    first, second = tmp_path / "a" / "train-fixed.jsonl", tmp_path / "b" / "train-fixed.jsonl"
+    for path, rows in ((first, lines), (second, run([5000], 1, False, False)
+                                        + run([9500], 2, False, False))):
+        path.parent.mkdir()
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    rows = scaling.main([str(first), str(second)])
+    assert rows[2:] == [
+        "| a/train-fixed.jsonl | resnet18 | eager | 0 | 8,000 (80.0%) | 7,000 (73.7%) | -6.3 | 1.75x |",
+        "| a/train-fixed.jsonl | resnet18 | eager | 1 | 9,000 (90.0%) | 7,600 (80.0%) | -10.0 | 1.69x |",
+        "| a/train-fixed.jsonl | resnet18 | graph | 0 | 6,000 (50.0%) | 6,000 (50.0%) | +0.0 | 2.00x |",
+        "| a/train-fixed.jsonl | resnet18 | graph | 1 | 9,600 (80.0%) | 9,000 (75.0%) | -5.0 | 1.88x |",
+        "| b/train-fixed.jsonl | resnet18 | eager | 0 | 5,000 (50.0%) | 4,750 (50.0%) | +0.0 | 1.90x |"]

@@ -1,0 +1,8 @@
+# call 2 (2 GPUs): ResNet-18 on photos, 1 and 2 GPUs, eager steps and --cuda-graph replays
+export BENCH_DATA=.cache/bench-data
+o=$OUT/call2; mkdir -p $o
+start=$(date +%s)
+CHECKS=0 ARCHS=resnet18 STEPS_AS="eager graph" timeout 570 bash scripts/bench/gpu_host.sh $o ranks photos \
+  > $o/ranks.out 2>&1; echo rc=$?
+grep -a -v '^$' $o/ranks.out | grep -v nvjpeg2k | tail -40
+echo wall $(( $(date +%s) - start )) s

@@ -1,0 +1,67 @@
+"""1 -> 2 GPUs from `gpu_host.sh OUT ranks KIND`'s metrics: per GPU as a % of the data-on-GPU
+rate, the points a second GPU costs, the speed-up; epoch by epoch.
+
+train_resnet.py appends one metrics line per epoch; the ranks part runs, for each step kind
+(eager, --cuda-graph) and model, the data-on-GPU ceiling (one epoch) and the loader (three),
+each on 1 GPU and then on 2. A file without ceilings (FEEDS=loader) takes them from a file
+before it on the command line:
+
+    python scripts/bench/scaling.py OUT/call3/train-fixed.jsonl OUT/call5/train-fixed.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def runs(lines: list[dict]) -> list[list[dict]]:
+    """The metrics lines of each run, in order: a run starts again at its epoch 0."""
+    out: list[list[dict]] = []
+    for line in lines:
+        if not out or line["epoch"] == 0:
+            out.append([])
+        out[-1].append(line)
+    return out
+
+
+def key(line: dict) -> tuple[str, str]:
+    return line["arch"], "graph" if line.get("cuda_graph") else "eager"
+
+
+def table(files: list[Path]) -> list[str]:
+    ceilings: dict[tuple, float] = {}  # (arch, steps, ranks) -> data-on-GPU img/s per GPU
+    rows = ["| file | model | steps | epoch | 1 GPU img/s (%) | 2 GPUs per GPU (%) | points "
+            "| speed-up |", "|---|---|---|---:|---:|---:|---:|---:|"]
+    for path in files:
+        fed: dict[tuple, dict[int, list[dict]]] = {}
+        for run in runs([json.loads(s) for s in path.read_text().splitlines() if s.strip()]):
+            first = run[0]
+            if first["data_on_gpu"]:
+                ceilings[(*key(first), first["ranks"])] = \
+                    first["steady_img_per_s"] / first["ranks"]
+            else:
+                fed.setdefault(key(first), {})[first["ranks"]] = run
+        for (arch, steps), by_ranks in fed.items():
+            if 1 not in by_ranks or 2 not in by_ranks:
+                continue
+            for one, two in zip(by_ranks[1], by_ranks[2]):
+                rate1, rate2 = one["steady_img_per_s"], two["steady_img_per_s"] / 2
+                pct1 = 100 * rate1 / ceilings[(arch, steps, 1)]
+                pct2 = 100 * rate2 / ceilings[(arch, steps, 2)]
+                rows.append(f"| {path.parent.name}/{path.name} | {arch} | {steps} | "
+                            f"{one['epoch']} | {rate1:,.0f} ({pct1:.1f}%) | {rate2:,.0f} "
+                            f"({pct2:.1f}%) | {pct2 - pct1:+.1f} | {2 * rate2 / rate1:.2f}x |")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> list[str]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("files", nargs="+", type=Path, help="train-KIND.jsonl of the ranks part")
+    rows = table(p.parse_args(argv).files)
+    print("\n".join(rows))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
