@@ -714,15 +714,17 @@ profile() {  # KIND: where ResNet-18's steps go when the loader feeds it, on one
   # fed by one lane (LANES1, "hw") and by the default lanes (or LANES2), decode="cuda";
   # plot_timeline.py's summary of each (GPU time per stream, its top kernels, the steps' host
   # time, the longest launches and what other threads were in as each ended); ARCH
-  # (resnet18): e.g. ARCH=resnet50, where 2.5-4% of data-wait is left mid-epoch
+  # (resnet18): e.g. ARCH=resnet50, where 2.5-4% of data-wait is left mid-epoch; TRAIN_FLAGS
+  # go to every run (e.g. "--cuda-graph": steps 40-44 are then replays); PROFILE_RUNS narrows
+  # the runs (ceiling one two; the ceiling is always needed for the comparison)
   local kind=${1:-photos} archive val work run
   archive="$data/$kind-16000.tgz" val="$data/val-1000.tgz" work=$(mktemp -d)
   ensure_archive "$archive" --sizes "$kind" --images 16000
   ensure_archive "$val" --images 1000 --seed 1
   local train="scripts/train_resnet.py --data $archive --val $val --size 224 --batch-size 256
     --epochs 1 --max-steps 50 --workers 15 --print-every 0 --decode cuda --arch ${ARCH:-resnet18}
-    --profile --profile-at 40"
-  for run in ceiling one two; do
+    --profile --profile-at 40 ${TRAIN_FLAGS:-}"
+  for run in ${PROFILE_RUNS:-ceiling one two}; do
     local extra=""
     [ $run = ceiling ] && extra="--data-on-gpu"
     [ $run = one ] && extra="--gpu-lanes ${LANES1:-hw}"
@@ -730,7 +732,7 @@ profile() {  # KIND: where ResNet-18's steps go when the loader feeds it, on one
     python3 $train $extra --out-dir "$work/$run" 2>&1 | grep '^steady' | sed "s/^/$kind, $run: /"
     gzip -c "$work/$run/trace.json" > "$out/trace-$kind-$run.json.gz"
   done
-  for run in one two; do
+  for run in $(echo ${PROFILE_RUNS:-ceiling one two} | tr ' ' '\n' | grep -v ceiling); do
     python3 $here/plot_timeline.py "$work/ceiling/trace.json" --compare "$work/$run/trace.json" \
       --top 8 --host 8 --threads 8 --blocked 10 --labels "data on the GPU" "fed, lanes: $run" \
       --out "$out/profile-$kind-$run.png" --title "${ARCH:-resnet18} steps 40-44 ($kind)" \
