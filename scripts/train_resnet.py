@@ -16,6 +16,7 @@ trace.json (with --profile).
 from __future__ import annotations
 
 import argparse
+import collections
 import gc
 import json
 import math
@@ -92,6 +93,9 @@ def get_args_parser() -> argparse.ArgumentParser:
       "backward (with DDP's all-reduces) once as a CUDA graph after 11 eager steps and replay "
       "it every step, the optimizer stepping eagerly; the steps run on a side stream (a graph "
       "cannot be captured on the legacy default stream)")
+    a("--graph-ahead", type=int, default=None, help="with --cuda-graph: how many earlier "
+      "steps may still be queued or running on the GPU when the host launches the next "
+      "replay (0: each waits for the last; default: no bound)")
     a("--seed", type=int, default=0, help="seed of init, shuffle and augmentation")
     a("--device", default=None, help="cuda, cuda:1, cpu (default: cuda if available; under "
       "torchrun: the rank's GPU, shared round-robin if ranks outnumber GPUs)")
@@ -150,6 +154,8 @@ def resolve(args) -> tuple[torch.device, dict | None]:
         # Gloo reduces through the host, which no graph can capture.
         raise SystemExit("--cuda-graph under torchrun needs NCCL, one GPU per rank; these "
                          "ranks share GPUs over gloo")
+    if args.graph_ahead is not None and (not args.cuda_graph or args.graph_ahead < 0):
+        raise SystemExit("--graph-ahead N: N >= 0, with --cuda-graph")
     if args.cuda_graph:
         args.train_stream = "side"  # CUDA cannot capture on the legacy default stream
     if args.pin_cores:
@@ -357,6 +363,8 @@ class GraphedStep(EagerStep):
     def __init__(self, model, opt, criterion, args):
         super().__init__(model, opt, criterion, args)
         self.eager_steps, self.graph = 0, None
+        self.ahead = args.graph_ahead
+        self._queued: collections.deque = collections.deque()  # events of steps not waited for
 
     @property
     def settled(self) -> bool:  # the steady clock starts after the capture, not before
@@ -368,6 +376,14 @@ class GraphedStep(EagerStep):
             return super().__call__(images, labels, times)
         if self.graph is None:
             self._capture(images, labels)
+        if self.ahead is not None and len(self._queued) > self.ahead:
+            # The host waits here (the thread sleeps, the GIL released) until the step
+            # `ahead` + 1 back has run on the GPU. Unbounded, the host queued four replays
+            # back to back on photos, and meanwhile a CUDA call of the training thread and one
+            # of a decoding thread each waited ~40 ms in the driver while decoding stopped
+            # (results/2026-11-28-h200x2-graph, call 7); whether the depth of queued work is
+            # what they wait on is what --graph-ahead measures.
+            self._queued.popleft().synchronize()
         # Stream order: the copies wait for the previous replay's reads, the replay for them.
         self.images.copy_(images, non_blocking=True)
         self.labels.copy_(labels, non_blocking=True)
@@ -375,6 +391,10 @@ class GraphedStep(EagerStep):
         times.mark("forward")  # the whole of forward and backward, as queued
         times.mark("backward")
         self.opt.step()
+        if self.ahead is not None:
+            done = torch.cuda.Event(blocking=True)  # a sleeping wait, not a spinning one
+            done.record(torch.cuda.current_stream(images.device))
+            self._queued.append(done)
         return self.loss, self.logits
 
     def _capture(self, images, labels) -> None:
@@ -704,6 +724,7 @@ def fit(model, train, val, ckpt, out_dir: Path, args) -> dict:
                 f.write(json.dumps({**metrics, "arch": args.arch, "ranks": args.world_size,
                                     "data_on_gpu": args.data_on_gpu, "decode": args.decode,
                                     "cuda_graph": args.cuda_graph,
+                                    "graph_ahead": args.graph_ahead,
                                     "loader": train.stats.as_dict(),
                                     "val_loader": val.stats.as_dict()}) + "\n")
         save_checkpoint(out_dir / "checkpoint.pt", model, opt, sched, epoch, args,

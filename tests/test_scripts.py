@@ -998,7 +998,9 @@ def test_scaling_rates_each_fed_epoch_against_its_own_ceiling(monkeypatch, tmp_p
     lines = (run([10000], 1, True, False) + run([19000], 2, True, False)
              + run([8000, 9000], 1, False, False) + run([14000, 15200], 2, False, False)
              + run([12000], 1, True, True) + run([24000], 2, True, True)
-             + run([6000, 9600], 1, False, True) + run([12000, 18000], 2, False, True))
+             + run([6000, 9600], 1, False, True) + run([12000, 18000], 2, False, True)
+             + [{**row, "graph_ahead": 1} for row in run([9000], 1, False, True)
+                + run([16200], 2, False, True)])
     first, second = tmp_path / "a" / "train-fixed.jsonl", tmp_path / "b" / "train-fixed.jsonl"
     for path, rows in ((first, lines), (second, run([5000], 1, False, False)
                                         + run([9500], 2, False, False))):
@@ -1010,4 +1012,5 @@ def test_scaling_rates_each_fed_epoch_against_its_own_ceiling(monkeypatch, tmp_p
         "| a/train-fixed.jsonl | resnet18 | eager | 1 | 9,000 (90.0%) | 7,600 (80.0%) | -10.0 | 1.69x |",
         "| a/train-fixed.jsonl | resnet18 | graph | 0 | 6,000 (50.0%) | 6,000 (50.0%) | +0.0 | 2.00x |",
         "| a/train-fixed.jsonl | resnet18 | graph | 1 | 9,600 (80.0%) | 9,000 (75.0%) | -5.0 | 1.88x |",
+        "| a/train-fixed.jsonl | resnet18 | graph ahead 1 | 0 | 9,000 (75.0%) | 8,100 (67.5%) | -7.5 | 1.80x |",
         "| b/train-fixed.jsonl | resnet18 | eager | 0 | 5,000 (50.0%) | 4,750 (50.0%) | +0.0 | 1.90x |"]

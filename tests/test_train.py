@@ -316,19 +316,32 @@ def test_cuda_graph_needs_cuda_and_is_not_compile(script) -> None:
         script.main(parse(["--cuda-graph", "--compile"]))
     with pytest.raises(SystemExit, match="needs CUDA"):
         script.main(parse(["--cuda-graph", "--device", "cpu"]))
+    with pytest.raises(SystemExit, match="with --cuda-graph"):
+        script.main(parse(["--graph-ahead", "1", "--device", "cpu"]))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_a_graphed_step_trains_as_the_eager_one(script, monkeypatch) -> None:
+@pytest.mark.parametrize("ahead", [None, 0, 1])
+def test_a_graphed_step_trains_as_the_eager_one(script, monkeypatch, ahead) -> None:
     """GraphedStep: WARMUP eager steps, then the capture and a replay per step, the optimizer
     stepping eagerly: after the same batches, the same losses and weights as EagerStep's
     (float32, cuDNN deterministic for the comparison). A replay that added this step's
-    gradients to the last ones, or replayed nothing, would drift at once."""
+    gradients to the last ones, or replayed nothing, would drift at once. With --graph-ahead
+    N, when a replay is launched every step but the last N has run."""
     from torch import nn
     monkeypatch.setattr(script.GraphedStep, "WARMUP", 2)
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
     monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
-    args = script.get_args_parser().parse_args(["--no-amp"])
+    args = script.get_args_parser().parse_args(
+        ["--no-amp"] + ([] if ahead is None else ["--graph-ahead", str(ahead)]))
+    launched = []  # per replay: were the events of the steps before it complete?
+    original = torch.cuda.CUDAGraph.replay
+
+    def replay(graph):
+        launched.append([event.query() for event in steps[1]._queued])
+        return original(graph)
+
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", replay)
     device = torch.device("cuda:0")
     torch.manual_seed(0)
     batches = [(torch.randn(8, 3, 32, 32, device=device),
@@ -348,6 +361,10 @@ def test_a_graphed_step_trains_as_the_eager_one(script, monkeypatch) -> None:
         assert steps[1].graph is not None and steps[1].eager_steps == 2
         for p, q in zip(*(model.parameters() for model in models)):
             torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5)
+    assert len(launched) == 4  # 6 batches: 2 eager steps, then 4 replays
+    # At each launch, the steps not waited for: none kept without a bound, else at most N.
+    bound = 0 if ahead is None else ahead
+    assert [len(events) for events in launched] == [min(i, bound) for i in range(4)]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
