@@ -349,8 +349,9 @@ class GraphedStep(EagerStep):
     driver with the decoders' threads, and those launches vary by milliseconds
     (results/2026-11-28-h200-blocking); under DDP each step lasts as long as the slower rank's.
     A replay is one launch. Measured (results/2026-11-28-h200x2-graph): on 500x375 images two
-    GPUs then lose 3.5-10.5 points a GPU against 8.6-21.3 eager; on photos it is slower, the
-    loader's own GPU work getting less of a GPU the replays keep busy. So it is not the default.
+    GPUs then lose 3.5-10.5 points a GPU against 8.6-21.3 eager; on photos it is slower: while
+    replays are queued, the decoding threads' CUDA calls wait in the driver (traced, up to
+    ~40 ms) and the GPU idles for batches. So it is not the default.
 
     WARMUP eager steps come first: cuDNN's autotuning, and DDP's bucket rebuild and its timing
     of the first 10 iterations, cannot run inside a capture. The capture then runs on the
@@ -696,7 +697,8 @@ def fit(model, train, val, ckpt, out_dir: Path, args) -> dict:
     step_fn = make_step(compiled, opt, criterion, args)
     say(f"{args.arch} on {train.device} x {args.world_size} rank(s): {len(train.vocab)} "
         f"classes, {steps} steps/epoch of {args.batch_size}, lr {args.lr:g} (effective "
-        f"peak), amp {args.amp}{', CUDA graph' if args.cuda_graph else ''}, epochs {start}..{args.epochs - 1}, out {out_dir}")
+        f"peak), amp {args.amp}{', CUDA graph' if args.cuda_graph else ''}, "
+        f"epochs {start}..{args.epochs - 1}, out {out_dir}")
     say(HEADER)
     metrics: dict = {}
 
