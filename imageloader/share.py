@@ -76,8 +76,8 @@ class TrialShare(FixedShare):
     A share that cannot win is not run at all: while the first share runs, its packers time a
     few images each through the CPU path (`stamp` asks, the packer answers in the buffer),
     which bounds what CPU decoding could feed (`cpu_bound`). Where that bound is clearly
-    slower than the first share fed, the CPU's turn would only cost: with the loader alone on photos
-    it held the first epoch to 5,510 img/s past its first batch against 13,394 steady
+    slower than the first share fed, the CPU's turn would only cost: with the loader alone on
+    photos it held the first epoch to 5,510 img/s past its first batch against 13,394 steady
     (results/2026-11-28-h200-sidestream).
 
     The first share (GPU decoding) is kept unless another fed the consumer more than
@@ -191,7 +191,7 @@ class TrialShare(FixedShare):
         bound it would feed clearly slower (by `margin`) than the first share fed, timed
         whole: it is not run. Two cushions against a bound measured low: that margin, and
         `keep_first` (_pick wants another share faster than the first by that much). The
-        probes' CPU time per image varied by up to ~20% between runs on a 2-core VM
+        probes' CPU time per image varied by up to ~35% between runs on a 2-core VM
         (results/2026-11-28-cpu-bound)."""
         first, bound = self.shares[0], self.cpu_bound
         if share == first or share <= 0 or first not in whole or bound is None:
