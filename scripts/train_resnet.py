@@ -89,13 +89,15 @@ def get_args_parser() -> argparse.ArgumentParser:
     a("--train-stream", default="default", choices=["default", "side"],
       help="the CUDA stream the steps run on: CUDA's legacy default stream (what a plain "
       "training script uses) or a non-blocking stream of its own")
-    a("--cuda-graph", action="store_true", help="CUDA: capture the forward, the loss and the "
-      "backward (with DDP's all-reduces) once as a CUDA graph after 11 eager steps and replay "
-      "it every step, the optimizer stepping eagerly; the steps run on a side stream (a graph "
-      "cannot be captured on the legacy default stream)")
-    a("--graph-ahead", type=int, default=None, help="with --cuda-graph: how many earlier "
-      "steps may still be queued or running on the GPU when the host launches the next "
-      "replay (0: each waits for the last; default: no bound)")
+    a("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
+      help="CUDA: capture the forward, the loss and the backward (with DDP's all-reduces) once "
+      "as a CUDA graph after 11 eager steps and replay it every step, the optimizer stepping "
+      "eagerly; the steps run on a side stream (a graph cannot be captured on the legacy "
+      "default stream). Default: on for DDP ranks with a GPU each (NCCL) without --compile, "
+      "where it measured fastest; off on one GPU")
+    a("--graph-ahead", type=int, default=0, help="with --cuda-graph: how many earlier steps "
+      "may still be queued or running on the GPU when the host launches the next replay "
+      "(0, the default: each waits for the last to end; -1: no bound)")
     a("--seed", type=int, default=0, help="seed of init, shuffle and augmentation")
     a("--device", default=None, help="cuda, cuda:1, cpu (default: cuda if available; under "
       "torchrun: the rank's GPU, shared round-robin if ranks outnumber GPUs)")
@@ -145,6 +147,11 @@ def resolve(args) -> tuple[torch.device, dict | None]:
     """Fill the device-dependent defaults in place; load the checkpoint if resuming."""
     wants_cuda = torch.cuda.is_available() and (args.device or "cuda").startswith("cuda")
     args.rank, args.world_size, rank_device = setup_distributed(use_cuda=wants_cuda)
+    if args.graph_ahead < -1:
+        raise SystemExit("--graph-ahead N: N >= 0, or -1 for no bound")
+    if args.cuda_graph is None:  # the default: where it measured fastest (GraphedStep)
+        args.cuda_graph = (wants_cuda and args.world_size > 1 and not args.compile
+                           and dist.get_backend() == "nccl")
     if args.cuda_graph and args.compile:
         raise SystemExit("--cuda-graph and --compile: choose one (torch.compile's "
                          "mode='reduce-overhead' makes graphs of its own)")
@@ -154,8 +161,6 @@ def resolve(args) -> tuple[torch.device, dict | None]:
         # Gloo reduces through the host, which no graph can capture.
         raise SystemExit("--cuda-graph under torchrun needs NCCL, one GPU per rank; these "
                          "ranks share GPUs over gloo")
-    if args.graph_ahead is not None and (not args.cuda_graph or args.graph_ahead < 0):
-        raise SystemExit("--graph-ahead N: N >= 0, with --cuda-graph")
     if args.cuda_graph:
         args.train_stream = "side"  # CUDA cannot capture on the legacy default stream
     if args.pin_cores:
@@ -348,10 +353,14 @@ class GraphedStep(EagerStep):
     loader, ResNet-18's eager step launches its ~300 kernels from a host thread that shares the
     driver with the decoders' threads, and those launches vary by milliseconds
     (results/2026-11-28-h200-blocking); under DDP each step lasts as long as the slower rank's.
-    A replay is one launch. Measured (results/2026-11-28-h200x2-graph): on 500x375 images two
-    GPUs then lose 3.5-10.5 points a GPU against 8.6-21.3 eager; on photos it is slower: while
-    replays are queued, the decoding threads' CUDA calls wait in the driver (traced, up to
-    ~40 ms) and the GPU idles for batches. So it is not the default.
+    A replay is one launch. Replays queued without a bound made photos slower: while several
+    (~455 kernels each) were queued, the decoding threads' CUDA calls waited in the driver (up
+    to ~40 ms) and the GPU idled for batches; a stream holds ~1,000 pending launches. So the
+    host now waits for the previous replay's end before the next (--graph-ahead 0). Measured
+    (results/2026-11-28-h200x2-ahead, 2 x H200, ResNet-18, third epochs): per GPU on two GPUs
+    photos 9,678-9,858 img/s (eager 8,416-8,739), 500x375 11,338-11,344 (eager 8,858-10,214),
+    within 5 points of one GPU's %; on one GPU eager is level or ahead on photos, so the
+    graph is the default only for DDP ranks.
 
     WARMUP eager steps come first: cuDNN's autotuning, and DDP's bucket rebuild and its timing
     of the first 10 iterations, cannot run inside a capture. The capture then runs on the
@@ -364,7 +373,7 @@ class GraphedStep(EagerStep):
     def __init__(self, model, opt, criterion, args):
         super().__init__(model, opt, criterion, args)
         self.eager_steps, self.graph = 0, None
-        self.ahead = args.graph_ahead
+        self.ahead = None if args.graph_ahead < 0 else args.graph_ahead  # None: no bound
         self._queued: collections.deque = collections.deque()  # events of steps not waited for
 
     @property
@@ -378,12 +387,12 @@ class GraphedStep(EagerStep):
         if self.graph is None:
             self._capture(images, labels)
         if self.ahead is not None and len(self._queued) > self.ahead:
-            # The host waits here (the thread sleeps, the GIL released) until the step
-            # `ahead` + 1 back has run on the GPU. Unbounded, the host queued four replays
-            # back to back on photos, and meanwhile a CUDA call of the training thread and one
-            # of a decoding thread each waited ~40 ms in the driver while decoding stopped
-            # (results/2026-11-28-h200x2-graph, call 7); whether the depth of queued work is
-            # what they wait on is what --graph-ahead measures.
+            # Host and device synchronize here: the thread sleeps (the GIL released) until
+            # the step `ahead` + 1 back has run on the GPU. Unbounded, the host queued four
+            # replays back to back on photos, and meanwhile a CUDA call of the training thread
+            # and one of a decoding thread each waited ~40 ms in the driver while decoding
+            # stopped (results/2026-11-28-h200x2-graph, call 7); one ahead still did, none
+            # ahead did not (results/2026-11-28-h200x2-ahead).
             self._queued.popleft().synchronize()
         # Stream order: the copies wait for the previous replay's reads, the replay for them.
         self.images.copy_(images, non_blocking=True)
@@ -726,7 +735,8 @@ def fit(model, train, val, ckpt, out_dir: Path, args) -> dict:
                 f.write(json.dumps({**metrics, "arch": args.arch, "ranks": args.world_size,
                                     "data_on_gpu": args.data_on_gpu, "decode": args.decode,
                                     "cuda_graph": args.cuda_graph,
-                                    "graph_ahead": args.graph_ahead,
+                                    "graph_ahead": (None if args.graph_ahead < 0
+                                                    else args.graph_ahead),
                                     "loader": train.stats.as_dict(),
                                     "val_loader": val.stats.as_dict()}) + "\n")
         save_checkpoint(out_dir / "checkpoint.pt", model, opt, sched, epoch, args,

@@ -311,13 +311,36 @@ def test_training_on_a_side_stream_learns_on_cuda(script, tmp_path) -> None:
 
 def test_cuda_graph_needs_cuda_and_is_not_compile(script) -> None:
     parse = script.get_args_parser().parse_args
-    assert parse([]).cuda_graph is False
+    assert parse([]).cuda_graph is None  # decided by resolve(): on for NCCL ranks only
+    assert parse(["--no-cuda-graph"]).cuda_graph is False and parse([]).graph_ahead == 0
     with pytest.raises(SystemExit, match="choose one"):
         script.main(parse(["--cuda-graph", "--compile"]))
     with pytest.raises(SystemExit, match="needs CUDA"):
         script.main(parse(["--cuda-graph", "--device", "cpu"]))
-    with pytest.raises(SystemExit, match="with --cuda-graph"):
-        script.main(parse(["--graph-ahead", "1", "--device", "cpu"]))
+    with pytest.raises(SystemExit, match="-1 for no bound"):
+        script.main(parse(["--cuda-graph", "--graph-ahead", "-2"]))
+
+
+def test_the_graph_is_the_default_only_for_nccl_ranks(script, monkeypatch) -> None:
+    """resolve() fills --cuda-graph's default: on for DDP ranks over NCCL (a GPU each), off on
+    one process, on the CPU, under gloo and with --compile (which makes graphs of its own)."""
+    parse = script.get_args_parser().parse_args
+
+    def default_for(world_size, backend, cuda=True, flags=()):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+        monkeypatch.setattr(script, "setup_distributed",
+                            lambda use_cuda: (0, world_size, None))
+        monkeypatch.setattr(script.dist, "get_backend", lambda: backend)
+        args = parse(["--device", "cuda" if cuda else "cpu", *flags])
+        script.resolve(args)
+        return args.cuda_graph, args.train_stream
+
+    assert default_for(2, "nccl") == (True, "side")  # a capture needs a side stream
+    assert default_for(1, "nccl")[0] is False
+    assert default_for(2, "gloo")[0] is False
+    assert default_for(2, "nccl", cuda=False)[0] is False
+    assert default_for(2, "nccl", flags=["--compile"])[0] is False
+    assert default_for(2, "nccl", flags=["--no-cuda-graph"])[0] is False
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -327,13 +350,13 @@ def test_a_graphed_step_trains_as_the_eager_one(script, monkeypatch, ahead) -> N
     stepping eagerly: after the same batches, the same losses and weights as EagerStep's
     (float32, cuDNN deterministic for the comparison). A replay that added this step's
     gradients to the last ones, or replayed nothing, would drift at once. With --graph-ahead
-    N, when a replay is launched every step but the last N has run."""
+    N (-1: no bound), when a replay is launched every step but the last N has run."""
     from torch import nn
     monkeypatch.setattr(script.GraphedStep, "WARMUP", 2)
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
     monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
     args = script.get_args_parser().parse_args(
-        ["--no-amp"] + ([] if ahead is None else ["--graph-ahead", str(ahead)]))
+        ["--no-amp", "--graph-ahead", str(-1 if ahead is None else ahead)])
     launched = []  # per replay: were the events of the steps before it complete?
     original = torch.cuda.CUDAGraph.replay
 
@@ -394,15 +417,16 @@ def test_cuda_graph_refuses_ranks_that_share_a_gpu(tmp_path) -> None:
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 @pytest.mark.timeout(300)
 def test_two_gpus_each_replay_a_graph_with_ddps_all_reduces_inside(tmp_path) -> None:
-    """Two NCCL ranks, one GPU each, --cuda-graph: the all-reduces are captured with the
-    backward, so the ranks' weights stay equal over 66 steps (a graph without them would let
-    each rank train on its half alone), and the run learns."""
+    """Two NCCL ranks, one GPU each, no flag (the graph is their default): the all-reduces
+    are captured with the backward, so the ranks' weights stay equal over 66 steps (a graph
+    without them would let each rank train on its half alone), and the run learns."""
     out = tmp_path / "run"
-    result = torchrun(SCRIPT, "--cuda-graph", "--epochs", "3", "--size", "8", "--batch-size",
+    result = torchrun(SCRIPT, "--epochs", "3", "--size", "8", "--batch-size",
                       "32", "--workers", "0", "--out-dir", str(out), gpus=2, timeout=290)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "on cuda:0 x 2 rank(s)" in result.stdout and "CUDA graph" in result.stdout
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all(m["cuda_graph"] and m["graph_ahead"] == 0 for m in lines)
     sums = lines[-1]["weights_sum_per_rank"]
     assert sums[0] == pytest.approx(sums[1], rel=1e-9), sums
     assert lines[-1]["val_top1"] > CHANCE_PLUS, lines[-1]

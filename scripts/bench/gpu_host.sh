@@ -73,8 +73,9 @@
 # data-on-GPU ceilings (train_resnet.py --data-on-gpu), on 1 GPU and on 2: steady img/s after
 # 10 steps of each epoch. (The suite, `tests`, holds the second-GPU and distributed tests.)
 # A part of it: CHECKS=0 leaves the rank checks out, ARCHS="resnet50" FEEDS="loader" narrow it;
-# STEPS_AS="eager graph graph:1" times each row also with train_resnet.py --cuda-graph (and
-# --graph-ahead 1);
+# STEPS_AS (default "eager graph") times each row with eager steps and with train_resnet.py
+# --cuda-graph (replays at most 0 steps ahead, the 2-GPU runs' default); graph:N with
+# --graph-ahead N (graph:-1: no bound);
 # PREFETCH=4 trains with deeper prefetch (does it absorb one rank's late batch under DDP? It did
 # not: results/2026-11-26-h200x2-waits, where no rank waited for its batch).
 # TORCH_NCCL_HIGH_PRIORITY=1 (torch's own switch, passed on to the ranks) puts NCCL's
@@ -197,9 +198,13 @@ ranks() {  # one data kind per call: fixed (with the rank checks) or photos
     --max-steps $steps --workers 15 --print-every 0 ${PREFETCH:+--prefetch $PREFETCH}"
   local one="env CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 python3"
   local two="python3 -m torch.distributed.run --nproc-per-node=2"
-  for step in ${STEPS_AS:-eager}; do  # STEPS_AS="eager graph graph:1": also --cuda-graph's
-    local graph=""  # replays, graph:N with --graph-ahead N
-    case $step in graph) graph="--cuda-graph" ;; graph:*) graph="--cuda-graph --graph-ahead ${step#graph:}" ;; esac
+  for step in ${STEPS_AS:-eager graph}; do
+    local graph=""
+    case $step in
+      eager) graph="--no-cuda-graph" ;;  # the 2-GPU runs' default is the graph
+      graph) graph="--cuda-graph" ;;     # at most 0 steps ahead, the default
+      graph:*) graph="--cuda-graph --graph-ahead ${step#graph:}" ;;
+    esac
     for arch in ${ARCHS:-resnet18 resnet50}; do
       for feed in ${FEEDS:-data-on-gpu loader}; do
         local flag="--epochs 3"; [ $feed = data-on-gpu ] && flag="--epochs 1 --data-on-gpu"
