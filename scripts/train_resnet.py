@@ -93,8 +93,8 @@ def get_args_parser() -> argparse.ArgumentParser:
       help="CUDA: capture the forward, the loss and the backward (with DDP's all-reduces) once "
       "as a CUDA graph after 11 eager steps and replay it every step, the optimizer stepping "
       "eagerly; the steps run on a side stream (a graph cannot be captured on the legacy "
-      "default stream). Default: on for DDP ranks with a GPU each (NCCL) without --compile, "
-      "where it measured fastest; off on one GPU")
+      "default stream) (default: on for DDP ranks with a GPU each, NCCL, without --compile, "
+      "where it measured fastest; off on one GPU)")
     a("--graph-ahead", type=int, default=0, help="with --cuda-graph: how many earlier steps "
       "may still be queued or running on the GPU when the host launches the next replay "
       "(0, the default: each waits for the last to end; -1: no bound)")
