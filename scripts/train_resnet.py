@@ -355,8 +355,9 @@ class GraphedStep(EagerStep):
     (results/2026-11-28-h200-blocking); under DDP each step lasts as long as the slower rank's.
     A replay is one launch. Replays queued without a bound made photos slower: while several
     (~455 kernels each) were queued, the decoding threads' CUDA calls waited in the driver (up
-    to ~40 ms) and the GPU idled for batches; a stream holds ~1,000 pending launches. So the
-    host now waits for the previous replay's end before the next (--graph-ahead 0). Measured
+    to ~40 ms) and the GPU idled for batches. Those waits shrink with the queue's depth (not
+    to nothing), so the host now waits for the previous replay's end before the next
+    (--graph-ahead 0). Measured
     (results/2026-11-28-h200x2-ahead, 2 x H200, ResNet-18, third epochs): per GPU on two GPUs
     photos 9,678-9,858 img/s (eager 8,416-8,739), 500x375 11,338-11,344 (eager 8,858-10,214),
     within 5 points of one GPU's %; on one GPU eager is level or ahead on photos, so the
@@ -391,8 +392,9 @@ class GraphedStep(EagerStep):
             # the step `ahead` + 1 back has run on the GPU. Unbounded, the host queued four
             # replays back to back on photos, and meanwhile a CUDA call of the training thread
             # and one of a decoding thread each waited ~40 ms in the driver while decoding
-            # stopped (results/2026-11-28-h200x2-graph, call 7); one ahead still did, none
-            # ahead did not (results/2026-11-28-h200x2-ahead).
+            # stopped (results/2026-11-28-h200x2-graph, call 7). The training thread's longest
+            # launch went 46.8 -> 24.2 -> 17.2 ms with no bound, 1 and 0 ahead, and 0 ahead
+            # fed ResNet-18 on two GPUs fastest (results/2026-11-28-h200x2-ahead).
             self._queued.popleft().synchronize()
         # Stream order: the copies wait for the previous replay's reads, the replay for them.
         self.images.copy_(images, non_blocking=True)
