@@ -357,11 +357,10 @@ class GraphedStep(EagerStep):
     (~455 kernels each) were queued, the decoding threads' CUDA calls waited in the driver (up
     to ~40 ms) and the GPU idled for batches. Those waits shrink with the queue's depth (not
     to nothing), so the host now waits for the previous replay's end before the next
-    (--graph-ahead 0). Measured
-    (results/2026-11-28-h200x2-ahead, 2 x H200, ResNet-18, third epochs): per GPU on two GPUs
-    photos 9,678-9,858 img/s (eager 8,416-8,739), 500x375 11,338-11,344 (eager 8,858-10,214),
-    within 5 points of one GPU's %; on one GPU eager is level or ahead on photos, so the
-    graph is the default only for DDP ranks.
+    (--graph-ahead 0). Measured (results/2026-11-28-h200x2-ahead, 2 x H200, ResNet-18, third
+    epochs): per GPU on two GPUs photos 9,678-9,858 img/s (eager 8,416-8,739), 500x375
+    11,344 (eager 10,214), within 5 points of one GPU's %; on one GPU eager is
+    level or ahead on photos, so the graph is the default only for DDP ranks.
 
     WARMUP eager steps come first: cuDNN's autotuning, and DDP's bucket rebuild and its timing
     of the first 10 iterations, cannot run inside a capture. The capture then runs on the
@@ -374,7 +373,7 @@ class GraphedStep(EagerStep):
     def __init__(self, model, opt, criterion, args):
         super().__init__(model, opt, criterion, args)
         self.eager_steps, self.graph = 0, None
-        self.ahead = None if args.graph_ahead < 0 else args.graph_ahead  # None: no bound
+        self.ahead = graph_bound(args)
         self._queued: collections.deque = collections.deque()  # events of steps not waited for
 
     @property
@@ -420,6 +419,11 @@ class GraphedStep(EagerStep):
         with torch.cuda.graph(self.graph, stream=stream, capture_error_mode="thread_local"):
             self.loss, self.logits = self.forward_backward(self.images, self.labels,
                                                            cache=False)
+
+
+def graph_bound(args) -> int | None:
+    """--graph-ahead as a bound on the replays queued: None for -1 (no bound)."""
+    return None if args.graph_ahead < 0 else args.graph_ahead
 
 
 def make_step(model, opt, criterion, args) -> EagerStep:
@@ -737,8 +741,7 @@ def fit(model, train, val, ckpt, out_dir: Path, args) -> dict:
                 f.write(json.dumps({**metrics, "arch": args.arch, "ranks": args.world_size,
                                     "data_on_gpu": args.data_on_gpu, "decode": args.decode,
                                     "cuda_graph": args.cuda_graph,
-                                    "graph_ahead": (None if args.graph_ahead < 0
-                                                    else args.graph_ahead),
+                                    "graph_ahead": graph_bound(args),
                                     "loader": train.stats.as_dict(),
                                     "val_loader": val.stats.as_dict()}) + "\n")
         save_checkpoint(out_dir / "checkpoint.pt", model, opt, sched, epoch, args,
