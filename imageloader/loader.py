@@ -180,9 +180,9 @@ class ImageLoader:
             for uint8 batches.
         decode: "cpu" (Pillow in worker processes), "cuda" (a GPU JPEG decoder; workers only
             pack bytes) or "auto" (the default: where the device is CUDA and a GPU JPEG
-            decoder is installed, GPU and CPU decoding are each timed on the first batches of
-            training and GPU decoding is kept unless the CPU fed this model more than 10%
-            faster (share.py); else cpu).
+            decoder is installed, GPU and CPU decoding are each timed early in training (past
+            its first 64 batches) and GPU decoding is kept unless the CPU fed this model more
+            than 10% faster (share.py); else cpu).
             `loader.stats.decode` and `loader.stats.cpu_share` say what was chosen.
         options: an `Options` with limits, error policies, inflater and distribution settings.
     """

@@ -915,7 +915,7 @@ def test_a_busy_gpu_never_lets_the_next_decode_overwrite_images_before_their_cro
 
 @cuda
 def test_auto_decode_times_gpu_and_cpu_decoding_while_training_and_keeps_one(tmp_path):
-    from imageloader.share import TrialShare
+    from imageloader.share import TRIAL_WARMUP, TrialShare
     path = write_archive(tmp_path / "a.tgz", labeled_files(4, 64))  # 32 batches of 8
     with ImageLoader(path, batch_size=8, size=32, device="cuda", seed=5,
                      normalize=False) as loader:  # decode="auto" is the default
@@ -923,7 +923,8 @@ def test_auto_decode_times_gpu_and_cpu_decoding_while_training_and_keeps_one(tmp
         assert loader.decode == "cuda" and isinstance(trial, TrialShare)
         next(iter(loader))  # starts the workers and makes the buffers
         assert trial.skip == len(loader._runtime.pool.buffers)  # all that can be in flight
-        trial.skip, trial.window = 2, 4
+        assert trial.warmup == TRIAL_WARMUP
+        trial.skip, trial.window, trial.warmup = 2, 4, 6  # a trial that fits in 3 epochs
         for _ in range(3):
             for images, labels in loader:
                 assert_labels_match_pixels(images.cpu(), labels.cpu(), tolerance=8)
@@ -947,7 +948,7 @@ def test_auto_decode_does_not_try_cpu_decoding_that_cannot_win(tmp_path):
         trial = loader.cpu_share
         next(iter(loader))
         assert trial.skip == len(loader._runtime.pool.buffers) <= 12
-        trial.window, trial.min_probes = 8, 4
+        trial.window, trial.min_probes, trial.warmup = 8, 4, 0
         trial.decoders, trial.batch_size = 1, 10 ** 4  # ~1 batch/s at most
         decoded = Counter()
         for _ in range(3):

@@ -72,7 +72,8 @@
 # ResNet-18 and ResNet-50 from one .tgz with the default decode (3 epochs) and their
 # data-on-GPU ceilings (train_resnet.py --data-on-gpu), on 1 GPU and on 2: steady img/s after
 # 10 steps of each epoch. (The suite, `tests`, holds the second-GPU and distributed tests.)
-# A part of it: CHECKS=0 leaves the rank checks out, ARCHS="resnet50" FEEDS="loader" narrow it;
+# A part of it: CHECKS=0 leaves the rank checks out, ARCHS="resnet50" FEEDS="loader" GPUS=1
+# narrow it;
 # STEPS_AS (default "eager graph") times each row with eager steps and with train_resnet.py
 # --cuda-graph (replays at most 0 steps ahead, the 2-GPU runs' default); graph:N with
 # --graph-ahead N (graph:-1: no bound);
@@ -208,7 +209,7 @@ ranks() {  # one data kind per call: fixed (with the rank checks) or photos
     for arch in ${ARCHS:-resnet18 resnet50}; do
       for feed in ${FEEDS:-data-on-gpu loader}; do
         local flag="--epochs 3"; [ $feed = data-on-gpu ] && flag="--epochs 1 --data-on-gpu"
-        for gpus in 1 2; do
+        for gpus in ${GPUS:-1 2}; do
           local launch=$one pin=""
           [ $gpus = 2 ] && launch=$two pin="--pin-cores"
           echo "== $kind $arch $step $feed, $gpus GPU(s)"
