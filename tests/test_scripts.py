@@ -1014,3 +1014,25 @@ def test_scaling_rates_each_fed_epoch_against_its_own_ceiling(monkeypatch, tmp_p
         "| a/train-fixed.jsonl | resnet18 | graph | 1 | 9,600 (80.0%) | 9,000 (75.0%) | -5.0 | 1.88x |",
         "| a/train-fixed.jsonl | resnet18 | graph ahead 1 | 0 | 9,000 (75.0%) | 8,100 (67.5%) | -7.5 | 1.80x |",
         "| b/train-fixed.jsonl | resnet18 | eager | 0 | 5,000 (50.0%) | 4,750 (50.0%) | +0.0 | 1.90x |"]
+
+
+def test_scaling_trial_shows_each_fed_epoch_with_the_trial_so_far(monkeypatch, tmp_path):
+    scaling = load_script("scaling", monkeypatch)
+
+    def line(epoch, ranks, on_gpu, rate, stats=None):
+        return {"epoch": epoch, "arch": "resnet50", "ranks": ranks, "data_on_gpu": on_gpu,
+                "cuda_graph": True, "graph_ahead": 0, "steady_img_per_s": rate,
+                **({"loader": stats} if stats else {})}
+
+    rows = [line(0, 1, True, 4700),
+            line(0, 2, False, 6400, {"cpu_share": 1.0, "share_rates": {"0.0": 11.97},
+                                     "cpu_bound": 10.9}),
+            line(1, 2, False, 5400, {"cpu_share": 0.0, "cpu_bound": 11.1,
+                                     "share_rates": {"0.0": 11.97, "1.0": 10.125}})]
+    path = tmp_path / "c" / "train-photos.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert scaling.main(["--trial", str(path)])[2:] == [
+        "| c/train-photos.jsonl | resnet50 | graph ahead 0 | 2 | 0 | 3,200 | 1 | 0: 11.97 | 10.90 |",
+        "| c/train-photos.jsonl | resnet50 | graph ahead 0 | 2 | 1 | 2,700 | 0 | 0: 11.97, 1: 10.12 "
+        "| 11.10 |"]

@@ -7,6 +7,10 @@ each on 1 GPU and then on 2. A file without ceilings (FEEDS=loader) takes them f
 before it on the command line:
 
     python scripts/bench/scaling.py OUT/call3/train-fixed.jsonl OUT/call5/train-fixed.jsonl
+
+`--trial`: instead, each fed run's epochs with what decode="auto"'s trial had done by their
+end (rank 0's loader stats): the share its batches got, the batches a second each share fed,
+the CPU's bound. An epoch in which the share went to 1 (or came back) paid the CPU's turn.
 """
 from __future__ import annotations
 
@@ -66,10 +70,34 @@ def table(files: list[Path]) -> list[str]:
     return rows
 
 
+def trial_table(files: list[Path]) -> list[str]:
+    rows = ["| file | model | steps | GPUs | epoch | img/s per GPU | share | batches/s by share "
+            "| CPU bound |", "|---|---|---|---:|---:|---:|---:|---|---:|"]
+    for path in files:
+        for run in runs([json.loads(s) for s in path.read_text().splitlines() if s.strip()]):
+            if run[0]["data_on_gpu"]:
+                continue
+            for line in run:
+                stats = line.get("loader") or {}
+                rates = ", ".join(f"{float(share):g}: {rate:.2f}"
+                                  for share, rate in (stats.get("share_rates") or {}).items())
+                bound = stats.get("cpu_bound")
+                rows.append(
+                    f"| {path.parent.name}/{path.name} | {line['arch']} | {key(line)[1]} | "
+                    f"{line['ranks']} | {line['epoch']} | "
+                    f"{line['steady_img_per_s'] / line['ranks']:,.0f} | "
+                    f"{stats.get('cpu_share', 0.0):g} | {rates or '-'} | "
+                    f"{'-' if bound is None else f'{bound:.2f}'} |")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> list[str]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("files", nargs="+", type=Path, help="train-KIND.jsonl of the ranks part")
-    rows = table(p.parse_args(argv).files)
+    p.add_argument("--trial", action="store_true",
+                   help="decode=\"auto\"'s trial by epoch instead of the scaling")
+    args = p.parse_args(argv)
+    rows = (trial_table if args.trial else table)(args.files)
     print("\n".join(rows))
     return rows
 
