@@ -73,7 +73,7 @@
 # data-on-GPU ceilings (train_resnet.py --data-on-gpu), on 1 GPU and on 2: steady img/s after
 # 10 steps of each epoch. (The suite, `tests`, holds the second-GPU and distributed tests.)
 # A part of it: CHECKS=0 leaves the rank checks out, ARCHS="resnet50" FEEDS="loader" GPUS=1
-# narrow it;
+# narrow it, STEPS (default 60) sets the steps of each epoch;
 # STEPS_AS (default "eager graph") times each row with eager steps and with train_resnet.py
 # --cuda-graph (replays at most 0 steps ahead, the 2-GPU runs' default); graph:N with
 # --graph-ahead N (graph:-1: no bound);
@@ -191,10 +191,11 @@ ranks() {  # one data kind per call: fixed (with the rank checks) or photos
       2>&1 | grep '^{'
   fi
   # Each rank has its own 16 cores (the 1-GPU run is held to half the host; the 2 ranks are
-  # pinned, --pin-cores) and the loader's defaults. The loader runs take 3 epochs of 60 steps:
-  # decode="auto"'s trial, and the batches it handed out before it chose, fill the first two
-  # (2026-11-25: ResNet-18 still took 34-37 CPU-decoded batches in the second), so the third
-  # epoch's "steady" line is the rate it settled on.
+  # pinned, --pin-cores) and the loader's defaults. The loader runs take 3 epochs of STEPS (60)
+  # steps: decode="auto"'s trial times nothing in the first 64 batches (all the first epoch), then
+  # the GPU's window in the second; a CPU turn, where the CPU's bound allows one, would fall in
+  # the second and third (`scaling.py --trial` shows it): take STEPS=120 where it does. On
+  # H200 hosts no ResNet-50 run took one since (results/2026-11-29-h200-trial), ResNet-18 never.
   local train="scripts/train_resnet.py --data $archive --val $val --size 224 --batch-size 256
     --max-steps $steps --workers 15 --print-every 0 ${PREFETCH:+--prefetch $PREFETCH}"
   local one="env CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 python3"
