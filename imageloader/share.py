@@ -97,7 +97,7 @@ class TrialShare(FixedShare):
     The first share (GPU decoding) is kept unless another fed the consumer more than
     `keep_first` faster. What the trial times leans towards CPU decoding: the GPU's window comes
     first, where training may still be warming up (the figures below were timed before
-    `warmup` was), and a CPU share that cannot quite keep up is hidden for a while by the
+    `warmup` existed), and a CPU share that cannot quite keep up is hidden for a while by the
     batches it made ahead (up to the loader's buffers: a window of 24 steps
     does not see one 20% short). And it times no epoch start, where CPU decoding begins with a
     whole batch's decode per packer. ResNet-50 on 500x375 images, H200 hosts: the trial chose
