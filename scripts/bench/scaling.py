@@ -29,6 +29,11 @@ def runs(lines: list[dict]) -> list[list[dict]]:
     return out
 
 
+def file_runs(path: Path) -> list[list[dict]]:
+    """The runs of one metrics file (JSON lines)."""
+    return runs([json.loads(s) for s in path.read_text().splitlines() if s.strip()])
+
+
 def key(line: dict) -> tuple[str, str]:
     """(model, steps): eager, graph, or graph with --graph-ahead N ("graph ahead N")."""
     if not line.get("cuda_graph"):
@@ -50,7 +55,7 @@ def table(files: list[Path]) -> list[str]:
             "| speed-up |", "|---|---|---|---:|---:|---:|---:|---:|"]
     for path in files:
         fed: dict[tuple, dict[int, list[dict]]] = {}
-        for run in runs([json.loads(s) for s in path.read_text().splitlines() if s.strip()]):
+        for run in file_runs(path):
             first = run[0]
             if first["data_on_gpu"]:
                 ceilings[(*key(first), first["ranks"])] = \
@@ -74,7 +79,7 @@ def trial_table(files: list[Path]) -> list[str]:
     rows = ["| file | model | steps | GPUs | epoch | img/s per GPU | share | batches/s by share "
             "| CPU bound |", "|---|---|---|---:|---:|---:|---:|---|---:|"]
     for path in files:
-        for run in runs([json.loads(s) for s in path.read_text().splitlines() if s.strip()]):
+        for run in file_runs(path):
             if run[0]["data_on_gpu"]:
                 continue
             for line in run:
