@@ -745,6 +745,54 @@ def test_timed_training_counts_the_waits_at_epoch_starts_apart(monkeypatch):
     args.sync_steps = True
     bench.timed_training(Trainer(), bench.forever(SlowStarts()), args, "synced")
     assert len(synced) == 9 + 1 + 1  # each of the 9 steps, the warm-up's end, the region's end
+
+
+def test_without_a_step_priority_the_steps_stay_on_the_callers_stream(monkeypatch):
+    bench = load_script("bench", monkeypatch)
+    monkeypatch.setattr(bench.torch.cuda, "Stream", None)  # not one made
+    with bench.step_stream(None) as stream:
+        assert stream is None
+    assert script_args(bench).step_priority is None
+    assert script_args(bench, "--step-priority", -1).step_priority == -1
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_a_step_priority_puts_the_batches_and_steps_on_a_stream_of_that_priority(monkeypatch,
+                                                                                  tmp_path):
+    """--step-priority: every training step runs on one new stream of higher priority than the
+    default; the loader hands its batches over to that stream (pixels as on the caller's),
+    and after the row the caller's stream is current again and ordered after its work."""
+    import argparse
+    import torch
+    bench = load_script("bench", monkeypatch)
+    from imageloader import ImageLoader
+    archive = tmp_path / "a.tgz"
+    write_archive(archive, jpeg_files([(64, 48), (80, 60), (50, 70)] * 4))
+    caller = torch.cuda.current_stream()
+
+    def batches():
+        return ImageLoader(archive, batch_size=4, size=32, train=False, device="cuda",
+                           decode="cuda", workers=1, normalize=False)
+
+    expected = [images.cpu() for images, _ in batches()]
+
+    class Trainer:
+        def __init__(self):
+            self.streams, self.images = [], []
+
+        def step(self, images, labels):
+            self.streams.append(torch.cuda.current_stream())
+            self.images.append((images.float() + 0).to(torch.uint8))  # a kernel on it
+
+    trainer = Trainer()
+    args = argparse.Namespace(warmup=1, steps=2, max_seconds=60, step_priority=-1)
+    bench.timed_training(trainer, batches(), args, "high priority")
+    assert len(trainer.streams) == 3 and len(set(trainer.streams)) == 1
+    stream = trainer.streams[0]
+    assert stream != caller and stream.priority < caller.priority
+    assert torch.cuda.current_stream() == caller
+    for got, want in zip(trainer.images, expected):
+        assert torch.equal(got.cpu(), want)
     args.sync_steps = False
     # --time-calls: every call of the named functions timed in the row, then unwrapped
     args.time_calls = "time:sleep"

@@ -72,6 +72,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--stream-priority", type=int, default=None,
                    help="CUDA priority of the decode lanes' and the helper's streams (lower is "
                         "more urgent; default: the loader's, 0)")
+    p.add_argument("--step-priority", type=int, default=None,
+                   help="CUDA priority of a stream the training rows step on (lower is higher; "
+                        "default: the caller's stream): the GPU then starts the model's "
+                        "kernels before the loader's, which run at the default priority")
     p.add_argument("--models", default="resnet50", help="comma-separated torchvision models")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--steps", type=int, default=60, help="timed steps per recipe")
@@ -234,7 +238,8 @@ def timed_training(trainer, batches, args, label: str) -> dict:
     """img/s over `steps` after `warmup`, and host time spent waiting for batches: handing a
     ready batch over (ResNet-50: 0.18 ms a step at the median, results/2026-11-28-h200-handover)
     or waiting for a late one. How the waits spread tells the two apart."""
-    with timed_calls(getattr(args, "time_calls", None)) as calls:
+    with timed_calls(getattr(args, "time_calls", None)) as calls, \
+            step_stream(getattr(args, "step_priority", None)):
         result = _timed_training(trainer, batches, args, label)
     if calls:
         result["calls"] = calls
@@ -242,6 +247,22 @@ def timed_training(trainer, batches, args, label: str) -> dict:
           f"{result['data_wait_pct']:5.1f}%{at_epoch_starts_text(result)}"
           f"{wait_spread_text(result)}{calls_text(calls)}", flush=True)
     return result
+
+
+@contextlib.contextmanager
+def step_stream(priority: int | None):
+    """--step-priority: the block runs on a new stream of that CUDA priority, so the batches
+    are handed over to it (the loader waits on the consumer's current stream) and the steps
+    queue their kernels there. None: the caller's stream."""
+    if priority is None:
+        yield None
+        return
+    caller = torch.cuda.current_stream()
+    stream = torch.cuda.Stream(priority=priority)
+    stream.wait_stream(caller)  # the model and its optimizer were made on the caller's stream
+    with torch.cuda.stream(stream):
+        yield stream
+    caller.wait_stream(stream)  # what the block left (weights, tensors) is the caller's again
 
 
 def _timed_training(trainer, batches, args, label: str) -> dict:
