@@ -745,6 +745,28 @@ def test_timed_training_counts_the_waits_at_epoch_starts_apart(monkeypatch):
     args.sync_steps = True
     bench.timed_training(Trainer(), bench.forever(SlowStarts()), args, "synced")
     assert len(synced) == 9 + 1 + 1  # each of the 9 steps, the warm-up's end, the region's end
+    args.sync_steps = False
+    # --time-calls: every call of the named functions timed in the row, then unwrapped
+    args.time_calls = "time:sleep"
+    sleep = time.sleep
+    row = bench.timed_training(Trainer(), bench.forever(SlowStarts()), args, "timed calls")
+    assert time.sleep is sleep
+    (timed,) = row["calls"]
+    assert timed["what"] == "sleep" and timed["calls"] >= 9  # the untimed first batch's too
+    assert 10 <= 1e3 * timed["median_rest_s"] <= 1e3 * timed["p90_rest_s"] < 60
+    args.time_calls = None
+    # --spy (--spy-gil): py-spy over the timed window only, started after the warm-up
+    spied = []
+    monkeypatch.setattr(bench, "spy_on_this_process",
+                        lambda folder, seconds, tag, gil=False: spied.append(
+                            (folder, seconds, tag, gil, len(synced))) or "spy")
+    monkeypatch.setattr(bench, "end_spy", lambda spy: spied.append((spy, len(synced))))
+    args.spy, args.spy_gil, synced[:] = "stacks", True, []
+    bench.timed_training(Trainer(), bench.forever(SlowStarts()), args, "spied")
+    assert spied == [("stacks", 60, "train-spied", True, 1), ("spy", 2)]
+    spread = bench.wait_spread([0.0001] * 9 + [0.0099])
+    assert spread["long_waits_pct_of_steps"] == 10 and round(spread["long_waits_pct_of_wait"]) == 92
+    assert spread["wait_p50_ms"] == 0.1 and spread["wait_max_ms"] == 9.9
 
 
 def test_without_a_step_priority_the_steps_stay_on_the_callers_stream(monkeypatch):
@@ -793,28 +815,6 @@ def test_a_step_priority_puts_the_batches_and_steps_on_a_stream_of_that_priority
     assert torch.cuda.current_stream() == caller
     for got, want in zip(trainer.images, expected):
         assert torch.equal(got.cpu(), want)
-    args.sync_steps = False
-    # --time-calls: every call of the named functions timed in the row, then unwrapped
-    args.time_calls = "time:sleep"
-    sleep = time.sleep
-    row = bench.timed_training(Trainer(), bench.forever(SlowStarts()), args, "timed calls")
-    assert time.sleep is sleep
-    (timed,) = row["calls"]
-    assert timed["what"] == "sleep" and timed["calls"] >= 9  # the untimed first batch's too
-    assert 10 <= 1e3 * timed["median_rest_s"] <= 1e3 * timed["p90_rest_s"] < 60
-    args.time_calls = None
-    # --spy (--spy-gil): py-spy over the timed window only, started after the warm-up
-    spied = []
-    monkeypatch.setattr(bench, "spy_on_this_process",
-                        lambda folder, seconds, tag, gil=False: spied.append(
-                            (folder, seconds, tag, gil, len(synced))) or "spy")
-    monkeypatch.setattr(bench, "end_spy", lambda spy: spied.append((spy, len(synced))))
-    args.spy, args.spy_gil, synced[:] = "stacks", True, []
-    bench.timed_training(Trainer(), bench.forever(SlowStarts()), args, "spied")
-    assert spied == [("stacks", 60, "train-spied", True, 1), ("spy", 2)]
-    spread = bench.wait_spread([0.0001] * 9 + [0.0099])
-    assert spread["long_waits_pct_of_steps"] == 10 and round(spread["long_waits_pct_of_wait"]) == 92
-    assert spread["wait_p50_ms"] == 0.1 and spread["wait_max_ms"] == 9.9
 
 
 def test_probe_start_times_each_step_of_a_start_in_order(monkeypatch, tmp_path):
