@@ -73,7 +73,7 @@ def get_args_parser() -> argparse.ArgumentParser:
                    help="CUDA priority of the decode lanes' and the helper's streams (lower is "
                         "more urgent; default: the loader's, 0)")
     p.add_argument("--step-priority", type=int, default=None,
-                   help="CUDA priority of a stream the training rows step on (lower is higher; "
+                   help="CUDA priority of a stream the training rows step on (lower is more urgent; "
                         "default: the caller's stream): the GPU then starts the model's "
                         "kernels before the loader's, which run at the default priority")
     p.add_argument("--models", default="resnet50", help="comma-separated torchvision models")
