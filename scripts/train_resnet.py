@@ -86,9 +86,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     a("--switch-interval", type=float, default=None, help="sys.setswitchinterval, seconds "
       "(Python's default 0.005): how long the training thread or a loader thread may hold the "
       "GIL while the other waits for it")
-    a("--train-stream", default="default", choices=["default", "side"],
+    a("--train-stream", default="default", choices=["default", "side", "high"],
       help="the CUDA stream the steps run on: CUDA's legacy default stream (what a plain "
-      "training script uses) or a non-blocking stream of its own")
+      "training script uses), a non-blocking stream of its own, or one of high priority, "
+      "whose kernels the GPU starts before the loader's")
     a("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
       help="CUDA: capture the forward, the loss and the backward (with DDP's all-reduces) once "
       "as a CUDA graph after 11 eager steps and replay it every step, the optimizer stepping "
@@ -161,7 +162,7 @@ def resolve(args) -> tuple[torch.device, dict | None]:
         # Gloo reduces through the host, which no graph can capture.
         raise SystemExit("--cuda-graph under torchrun needs NCCL, one GPU per rank; these "
                          "ranks share GPUs over gloo")
-    if args.cuda_graph:
+    if args.cuda_graph and args.train_stream == "default":
         args.train_stream = "side"  # CUDA cannot capture on the legacy default stream
     if args.pin_cores:
         args.cores = pin_local_rank_cores()  # before any loader starts its processes
@@ -633,8 +634,11 @@ def run(args, device, ckpt) -> dict:
 
 def training_stream(choice: str, device: torch.device):
     """The stream the steps, evaluation and checkpoints run on: "default" leaves the current
-    one (CUDA's legacy default stream), "side" makes a non-blocking stream current. Why try
-    it: a launch on the legacy stream must order itself after every blocking stream of the
+    one (CUDA's legacy default stream), "side" makes a non-blocking stream current, "high" one
+    of CUDA priority -1: the loader's kernels run at the default priority, so the GPU starts a
+    waiting kernel of the model's first (ResNet-50 on photos, bench.py --step-priority -1:
+    +0.4 and +1.2% img/s, results/2026-11-29-h200-headline). Why try "side": a launch on
+    the legacy stream must order itself after every blocking stream of the
     context (nvJPEG's hardware path works on 14 streams of its own; whether they are blocking
     ones is libnvjpeg's choice, not known), and fed ResNet-18's launches waited
     for milliseconds on a lock inside the driver, with no CUDA call of another thread in
@@ -642,9 +646,10 @@ def training_stream(choice: str, device: torch.device):
     sleeps 2.6x less and waits for data instead, at the same rate (results/2026-11-28-h200-
     sidestream), so "default" stays the default. The batches follow: the loader makes the
     current stream wait for each batch's event and records its tensors there."""
-    if choice != "side" or device.type != "cuda":
+    if choice == "default" or device.type != "cuda":
         return nullcontext()
-    stream = torch.cuda.Stream(device)  # torch's pool streams are created non-blocking
+    # torch's pool streams are created non-blocking
+    stream = torch.cuda.Stream(device, priority=-1 if choice == "high" else 0)
     # The model's weights were copied in on the default stream: the side stream starts after.
     stream.wait_stream(torch.cuda.current_stream(device))
     return torch.cuda.stream(stream)

@@ -296,16 +296,23 @@ def test_train_stream_side_is_a_stream_of_its_own_on_cuda_and_nothing_on_the_cpu
     assert torch.cuda.current_stream(device) == default
     side.synchronize()
     assert x[-1].item() == 1000.0
+    assert side.priority == default.priority  # "side": the default priority
+    with script.training_stream("high", device):
+        high = torch.cuda.current_stream(device)
+        assert high != default and high.priority < default.priority
+    assert torch.cuda.current_stream(device) == default
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_training_on_a_side_stream_learns_on_cuda(script, tmp_path) -> None:
+@pytest.mark.parametrize("stream", ["side", "high"])
+def test_training_on_a_side_stream_learns_on_cuda(script, tmp_path, stream) -> None:
     """The whole loop (GPU-fed batches, backward, optimizer, evaluation, checkpoint) on a side
-    stream: the batches' events and record_stream follow the current stream."""
+    stream, of the default priority or a high one: the batches' events and record_stream
+    follow the current stream."""
     result = script.main(script.get_args_parser().parse_args(
         ["--size", "8", "--batch-size", "32", "--max-steps", "40", "--device", "cuda:0",
-         "--epochs", "2", "--workers", "0", "--train-stream", "side",
-         "--out-dir", str(tmp_path / "side")]))
+         "--epochs", "2", "--workers", "0", "--train-stream", stream,
+         "--out-dir", str(tmp_path / stream)]))
     assert result["val_top1"] > CHANCE_PLUS, result
 
 
@@ -341,6 +348,9 @@ def test_the_graph_is_the_default_only_for_nccl_ranks(script, monkeypatch) -> No
     assert default_for(2, "nccl", cuda=False)[0] is False
     assert default_for(2, "nccl", flags=["--compile"])[0] is False
     assert default_for(2, "nccl", flags=["--no-cuda-graph"])[0] is False
+    # a stream of high priority is kept under the graph (it is not the legacy one either)
+    assert default_for(2, "nccl", flags=["--train-stream", "high"]) == (True, "high")
+    assert default_for(2, "nccl", flags=["--train-stream", "side"]) == (True, "side")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

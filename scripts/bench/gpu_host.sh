@@ -77,6 +77,8 @@
 # STEPS_AS (default "eager graph") times each row with eager steps and with train_resnet.py
 # --cuda-graph (replays at most 0 steps ahead, the 2-GPU runs' default); graph:N with
 # --graph-ahead N (graph:-1: no bound);
+# STREAM=high steps on a stream of high CUDA priority (train_resnet.py --train-stream high:
+# ResNet-50 +0.4-1.2% img/s with bench.py's rows, results/2026-11-29-h200-headline).
 # PREFETCH=4 trains with deeper prefetch (does it absorb one rank's late batch under DDP? It did
 # not: results/2026-11-26-h200x2-waits, where no rank waited for its batch).
 # TORCH_NCCL_HIGH_PRIORITY=1 (torch's own switch, passed on to the ranks) puts NCCL's
@@ -197,7 +199,8 @@ ranks() {  # one data kind per call: fixed (with the rank checks) or photos
   # the second and third (`scaling.py --trial` shows it): take STEPS=120 where it does. On
   # H200 hosts no ResNet-50 run took one since (results/2026-11-29-h200-trial), ResNet-18 never.
   local train="scripts/train_resnet.py --data $archive --val $val --size 224 --batch-size 256
-    --max-steps $steps --workers 15 --print-every 0 ${PREFETCH:+--prefetch $PREFETCH}"
+    --max-steps $steps --workers 15 --print-every 0 ${PREFETCH:+--prefetch $PREFETCH}
+    ${STREAM:+--train-stream $STREAM}"
   local one="env CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 python3"
   local two="python3 -m torch.distributed.run --nproc-per-node=2"
   for step in ${STEPS_AS:-eager graph}; do
