@@ -86,10 +86,11 @@ def get_args_parser() -> argparse.ArgumentParser:
     a("--switch-interval", type=float, default=None, help="sys.setswitchinterval, seconds "
       "(Python's default 0.005): how long the training thread or a loader thread may hold the "
       "GIL while the other waits for it")
-    a("--train-stream", default="default", choices=["default", "side", "high"],
+    a("--train-stream", default="auto", choices=["auto", "default", "side", "high"],
       help="the CUDA stream the steps run on: CUDA's legacy default stream (what a plain "
       "training script uses), a non-blocking stream of its own, or one of high priority, "
-      "whose kernels the GPU starts before the loader's")
+      "whose kernels the GPU starts before the loader's (auto: high on one GPU, where it "
+      "measured faster; under torchrun the default one, or side with --cuda-graph)")
     a("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
       help="CUDA: capture the forward, the loss and the backward (with DDP's all-reduces) once "
       "as a CUDA graph after 11 eager steps and replay it every step, the optimizer stepping "
@@ -162,6 +163,11 @@ def resolve(args) -> tuple[torch.device, dict | None]:
         # Gloo reduces through the host, which no graph can capture.
         raise SystemExit("--cuda-graph under torchrun needs NCCL, one GPU per rank; these "
                          "ranks share GPUs over gloo")
+    if args.train_stream == "auto":
+        # One GPU: the model's kernels ahead of the loader's (results/2026-11-29-h200-priority).
+        # DDP ranks stay where they were measured: NCCL's all-reduces run on streams of the
+        # default priority, and whether steps ahead of them help is not measured.
+        args.train_stream = "high" if wants_cuda and args.world_size == 1 else "default"
     if args.cuda_graph and args.train_stream == "default":
         args.train_stream = "side"  # CUDA cannot capture on the legacy default stream
     if args.pin_cores:
@@ -635,17 +641,17 @@ def run(args, device, ckpt) -> dict:
 def training_stream(choice: str, device: torch.device):
     """The stream the steps, evaluation and checkpoints run on: "default" leaves the current
     one (CUDA's legacy default stream), "side" makes a non-blocking stream current, "high" one
-    of CUDA priority -1: the loader's kernels run at the default priority, so the GPU starts a
-    waiting kernel of the model's first (ResNet-50 on photos, bench.py --step-priority -1:
-    +0.4 and +1.2% img/s, results/2026-11-29-h200-headline). Why try "side": a launch on
-    the legacy stream must order itself after every blocking stream of the
-    context (nvJPEG's hardware path works on 14 streams of its own; whether they are blocking
-    ones is libnvjpeg's choice, not known), and fed ResNet-18's launches waited
-    for milliseconds on a lock inside the driver, with no CUDA call of another thread in
-    flight (results/2026-11-28-h200-blocking). Measured since: on a side stream the thread
-    sleeps 2.6x less and waits for data instead, at the same rate (results/2026-11-28-h200-
-    sidestream), so "default" stays the default. The batches follow: the loader makes the
-    current stream wait for each batch's event and records its tensors there."""
+    of CUDA priority -1. "high", auto's choice on one GPU: the loader's kernels run at the
+    default priority, so the GPU starts a waiting kernel of the model's first (bench.py
+    --step-priority -1 against the caller's stream, ResNet-18 and -50 on photos and 500x375,
+    interleaved: +0.3 to +4.9% img/s in all eight pairs, results/2026-11-29-h200-priority).
+    Why "side" was tried: a launch on the legacy stream must order itself after every blocking
+    stream of the context (nvJPEG's hardware path works on 14 streams of its own), and fed
+    ResNet-18's launches waited for milliseconds on a lock inside the driver
+    (results/2026-11-28-h200-blocking); on a side stream the thread sleeps 2.6x less and waits
+    for data instead, at the same rate (results/2026-11-28-h200-sidestream). The batches
+    follow: the loader makes the current stream wait for each batch's event and records its
+    tensors there."""
     if choice == "default" or device.type != "cuda":
         return nullcontext()
     # torch's pool streams are created non-blocking

@@ -776,6 +776,9 @@ def test_without_a_step_priority_the_steps_stay_on_the_callers_stream(monkeypatc
         assert stream is None
     assert script_args(bench).step_priority is None
     assert script_args(bench, "--step-priority", -1).step_priority == -1
+    bench_dali = load_script("bench_dali", monkeypatch)  # DALI's rows take it too
+    assert bench_dali.get_args_parser().parse_args(
+        ["--archive", "a.tgz", "--step-priority", "-1"]).step_priority == -1
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")

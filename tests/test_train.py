@@ -280,7 +280,7 @@ def test_switch_interval_reaches_the_interpreter_and_step_times_are_capped(
 def test_train_stream_side_is_a_stream_of_its_own_on_cuda_and_nothing_on_the_cpu(script) -> None:
     """--train-stream side: on the CPU no stream at all (the run above trains the same); on
     CUDA a stream that is not the default one, current inside the context and not after."""
-    assert script.get_args_parser().parse_args([]).train_stream == "default"
+    assert script.get_args_parser().parse_args([]).train_stream == "auto"  # resolve() fills it
     with script.training_stream("side", torch.device("cpu")):
         pass
     if not torch.cuda.is_available():
@@ -330,7 +330,8 @@ def test_cuda_graph_needs_cuda_and_is_not_compile(script) -> None:
 
 def test_the_graph_is_the_default_only_for_nccl_ranks(script, monkeypatch) -> None:
     """resolve() fills --cuda-graph's default: on for DDP ranks over NCCL (a GPU each), off on
-    one process, on the CPU, under gloo and with --compile (which makes graphs of its own)."""
+    one process, on the CPU, under gloo and with --compile (which makes graphs of its own);
+    and --train-stream's: high on one GPU, else the default stream (side under a graph)."""
     parse = script.get_args_parser().parse_args
 
     def default_for(world_size, backend, cuda=True, flags=()):
@@ -343,7 +344,11 @@ def test_the_graph_is_the_default_only_for_nccl_ranks(script, monkeypatch) -> No
         return args.cuda_graph, args.train_stream
 
     assert default_for(2, "nccl") == (True, "side")  # a capture needs a side stream
-    assert default_for(1, "nccl")[0] is False
+    # one GPU: the steps on a stream of high priority; DDP ranks and the CPU keep the default
+    assert default_for(1, "nccl") == (False, "high")
+    assert default_for(2, "gloo") == (False, "default")
+    assert default_for(1, "gloo", cuda=False) == (False, "default")
+    assert default_for(1, "nccl", flags=["--train-stream", "default"]) == (False, "default")
     assert default_for(2, "gloo")[0] is False
     assert default_for(2, "nccl", cuda=False)[0] is False
     assert default_for(2, "nccl", flags=["--compile"])[0] is False

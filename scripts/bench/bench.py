@@ -72,10 +72,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--stream-priority", type=int, default=None,
                    help="CUDA priority of the decode lanes' and the helper's streams (lower is "
                         "more urgent; default: the loader's, 0)")
-    p.add_argument("--step-priority", type=int, default=None,
-                   help="CUDA priority of a stream the training rows step on (lower is more urgent; "
-                        "default: the caller's stream): the GPU then starts the model's "
-                        "kernels before the loader's, which run at the default priority")
+    add_step_priority(p)
     p.add_argument("--models", default="resnet50", help="comma-separated torchvision models")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--steps", type=int, default=60, help="timed steps per recipe")
@@ -247,6 +244,15 @@ def timed_training(trainer, batches, args, label: str) -> dict:
           f"{result['data_wait_pct']:5.1f}%{at_epoch_starts_text(result)}"
           f"{wait_spread_text(result)}{calls_text(calls)}", flush=True)
     return result
+
+
+def add_step_priority(p: argparse.ArgumentParser) -> None:
+    """--step-priority, for every script whose rows run through timed_training (bench_dali.py:
+    DALI's batches are handed over to the current stream as ours are)."""
+    p.add_argument("--step-priority", type=int, default=None,
+                   help="CUDA priority of a stream the training rows step on (lower is more urgent; "
+                        "default: the caller's stream): the GPU then starts the model's "
+                        "kernels before the loader's, which run at the default priority")
 
 
 @contextlib.contextmanager

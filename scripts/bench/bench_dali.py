@@ -43,6 +43,8 @@ def get_args_parser():
     p.add_argument("--steps", type=int, default=80, help="timed training steps")
     p.add_argument("--max-seconds", type=float, default=12.0, help="cap on a timed region")
     p.add_argument("--out", help="write the rows as JSON here")
+    from bench import add_step_priority
+    add_step_priority(p)
     return p
 
 

@@ -77,8 +77,9 @@
 # STEPS_AS (default "eager graph") times each row with eager steps and with train_resnet.py
 # --cuda-graph (replays at most 0 steps ahead, the 2-GPU runs' default); graph:N with
 # --graph-ahead N (graph:-1: no bound);
-# STREAM=high steps on a stream of high CUDA priority (train_resnet.py --train-stream high:
-# ResNet-50 +0.4-1.2% img/s with bench.py's rows, results/2026-11-29-h200-headline).
+# STREAM=default|side|high sets train_resnet.py --train-stream (its default, auto: high on one
+# GPU, +0.3-4.9% img/s in bench.py's rows, results/2026-11-29-h200-priority; the default
+# stream for the 2-GPU ranks, or side under the graph).
 # PREFETCH=4 trains with deeper prefetch (does it absorb one rank's late batch under DDP? It did
 # not: results/2026-11-26-h200x2-waits, where no rank waited for its batch).
 # TORCH_NCCL_HIGH_PRIORITY=1 (torch's own switch, passed on to the ranks) puts NCCL's

@@ -1,0 +1,3 @@
+# call 30 (the host of call 29, warm; sent inline, saved here as it ran): ours on photos and
+# 500x375 with the steps on a stream of priority -1, beside DALI's rows of call 29
+export BENCH_DATA=.cache/bench-data; o=$OUT/call30; mkdir -p $o; bash scripts/bench/gpu_host.sh $o none >/dev/null 2>&1; export PYTHONPATH="$PWD/.cache/site:$PWD" PYTHONUNBUFFERED=1; for k in photos fixed; do timeout 110 python3 scripts/bench/bench.py --archive $BENCH_DATA/$k-16000.tgz --shards 0 --models resnet18,resnet50 --recipes ceiling,ours --decode cuda --warmup 150 --steps 2000 --max-seconds 6 --step-priority -1 --out $o/$k--1.json 2>&1 | grep -a "ceiling \|ours " | tail -4 | sed "s/^/$k -1: /"; done
