@@ -52,7 +52,7 @@ def configure_cuda_queues(queues: int = GPU_DECODE_QUEUES) -> bool:
 _EXPORTS = {
     "ImageLoader": "loader", "Options": "loader", "LoaderStats": "loader",
     "Vocabulary": "vocab", "PlainCopy": "cache",
-    "Prefetcher": "prefetch", "Normalize": "prefetch",
+    "Prefetcher": "prefetch", "Normalize": "prefetch", "step_stream": "prefetch",
     "BufferPool": "pool",
     "Parallel": "parallel",
     "ArchiveError": "errors", "SampleError": "errors", "UnknownLabelError": "errors",

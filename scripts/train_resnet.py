@@ -37,7 +37,8 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # ranks.py, also when loaded by path
-from imageloader import ImageLoader, Normalize, Options, configure_cuda_queues  # noqa: E402
+from imageloader import (ImageLoader, Normalize, Options, configure_cuda_queues,  # noqa: E402
+                         step_stream)
 from ranks import pin_local_rank_cores, setup_distributed  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -640,25 +641,22 @@ def run(args, device, ckpt) -> dict:
 
 def training_stream(choice: str, device: torch.device):
     """The stream the steps, evaluation and checkpoints run on: "default" leaves the current
-    one (CUDA's legacy default stream), "side" makes a non-blocking stream current, "high" one
-    of CUDA priority -1. "high", auto's choice on one GPU: the loader's kernels run at the
-    default priority, so the GPU starts a waiting kernel of the model's first (bench.py
-    --step-priority -1 against the caller's stream, ResNet-18 and -50 on photos and 500x375,
-    interleaved: +0.3 to +4.9% img/s in all eight pairs, results/2026-11-29-h200-priority).
-    Why "side" was tried: a launch on the legacy stream must order itself after every blocking
-    stream of the context (nvJPEG's hardware path works on 14 streams of its own), and fed
-    ResNet-18's launches waited for milliseconds on a lock inside the driver
-    (results/2026-11-28-h200-blocking); on a side stream the thread sleeps 2.6x less and waits
-    for data instead, at the same rate (results/2026-11-28-h200-sidestream). The batches
-    follow: the loader makes the current stream wait for each batch's event and records its
-    tensors there."""
+    one (CUDA's legacy default stream); "side" and "high" make a new stream current
+    (imageloader.step_stream, ordered after the current one, where the weights were copied
+    in), of the default priority or of -1. "high", auto's choice on one GPU: the loader's
+    kernels run at the default priority, so the GPU starts a waiting kernel of the model's
+    first (bench.py --step-priority -1 against the caller's stream, ResNet-18 and -50 on photos
+    and 500x375, interleaved: +0.3 to +4.9% img/s in all eight pairs,
+    results/2026-11-29-h200-priority). Why "side" was tried: a launch on the legacy stream
+    must order itself after every blocking stream of the context (nvJPEG's hardware path works
+    on 14 streams of its own), and fed ResNet-18's launches waited for milliseconds on a lock
+    inside the driver (results/2026-11-28-h200-blocking); on a side stream the thread sleeps
+    2.6x less and waits for data instead, at the same rate (results/2026-11-28-h200-sidestream).
+    The batches follow: the loader makes the current stream wait for each batch's event and
+    records its tensors there."""
     if choice == "default" or device.type != "cuda":
         return nullcontext()
-    # torch's pool streams are created non-blocking
-    stream = torch.cuda.Stream(device, priority=-1 if choice == "high" else 0)
-    # The model's weights were copied in on the default stream: the side stream starts after.
-    stream.wait_stream(torch.cuda.current_stream(device))
-    return torch.cuda.stream(stream)
+    return step_stream(-1 if choice == "high" else 0, device)
 
 
 class FirstBatchOnly:

@@ -611,3 +611,43 @@ def test_lanes_need_the_threaded_stage():
         Prefetcher((), "cpu", lanes=[None, None])
     with pytest.raises(ValueError, match="item_transform"):
         Prefetcher((), "cpu", threaded=True, lanes=[None], item_transform=lambda x: x)
+
+
+def test_a_step_stream_on_the_cpu_changes_nothing(monkeypatch):
+    """imageloader.step_stream without CUDA (or for a CPU device): no stream is made, the block
+    runs as it would, and it yields None."""
+    from imageloader import step_stream
+    monkeypatch.setattr(torch.cuda, "Stream", None)  # not one made
+    with step_stream(device="cpu") as stream:
+        assert stream is None
+    if not torch.cuda.is_available():
+        with step_stream() as stream:
+            assert stream is None
+
+
+@pytest.mark.cuda
+@cuda
+def test_a_step_stream_runs_the_block_on_a_stream_of_that_priority_in_order():
+    """Inside: a stream of higher priority than the default is current, and it starts only after
+    what the caller's stream queued (a long kernel then a write there is seen inside); after:
+    the caller's stream is current again and waits for the block's work (a long kernel then a
+    write inside is seen there), also when the block raises."""
+    from imageloader import step_stream
+    caller = torch.cuda.current_stream()
+    x = torch.zeros(1 << 20, device="cuda")
+    torch.cuda._sleep(50_000_000)  # the caller's stream busy for ~25 ms, the host free
+    x.fill_(1.0)
+    with step_stream() as stream:
+        assert torch.cuda.current_stream() == stream != caller
+        assert stream.priority < caller.priority
+        seen_inside = x.sum()  # queued on the new stream: after the fill, or 0
+        torch.cuda._sleep(50_000_000)
+        y = torch.full_like(x, 2.0)
+    assert torch.cuda.current_stream() == caller
+    assert seen_inside.item() == x.numel() and y.sum().item() == 2 * x.numel()
+    with pytest.raises(ValueError), step_stream(priority=0) as side:
+        torch.cuda._sleep(50_000_000)
+        z = torch.full_like(x, 3.0)
+        raise ValueError("the block fails")
+    assert torch.cuda.current_stream() == caller and side.priority == caller.priority
+    assert z.sum().item() == 3 * x.numel()

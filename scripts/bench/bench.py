@@ -255,20 +255,14 @@ def add_step_priority(p: argparse.ArgumentParser) -> None:
                         "kernels before the loader's, which run at the default priority")
 
 
-@contextlib.contextmanager
 def step_stream(priority: int | None):
-    """--step-priority: the block runs on a new stream of that CUDA priority, so the batches
-    are handed over to it (the loader waits on the consumer's current stream) and the steps
-    queue their kernels there. None: the caller's stream."""
+    """--step-priority: the block runs on a new stream of that CUDA priority
+    (imageloader.step_stream: ordered after the caller's stream, which is current again and
+    ordered after it on leaving, since the next row runs there). None: the caller's stream."""
     if priority is None:
-        yield None
-        return
-    caller = torch.cuda.current_stream()
-    stream = torch.cuda.Stream(priority=priority)
-    stream.wait_stream(caller)  # the model and its optimizer were made on the caller's stream
-    with torch.cuda.stream(stream):
-        yield stream
-    caller.wait_stream(stream)  # what the block left (weights, tensors) is the caller's again
+        return contextlib.nullcontext()
+    from imageloader import step_stream as priority_stream
+    return priority_stream(priority)
 
 
 def _timed_training(trainer, batches, args, label: str) -> dict:
