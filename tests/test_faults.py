@@ -659,12 +659,14 @@ def test_a_consumer_away_longer_than_the_timeout_is_not_a_hang(tmp_path):
     path = write_archive(tmp_path / "a.tgz", numbered_files(64))
     with imageloader.ImageLoader(path, batch_size=4, size=8, mode="L", device="cpu",
                                  normalize=False, workers=2, train=False,
-                                 options=imageloader.Options(timeout=1.0, lookahead=False)
+                                 options=imageloader.Options(timeout=3.0, lookahead=False)
                                  ) as loader:
+        # 3 s: the worker's refill of one tiny batch must fit in it on a machine busy with
+        # other programs too (1 s did not, beside another test run on 2 cores).
         runtime = loader._started()
         pool, batches = runtime.pool, runtime.producer.batches(0)
         held = [next(batches) for _ in range(len(pool.buffers))]  # the consumer holds them all
-        time.sleep(1.5)  # away longer than the timeout
+        time.sleep(3.5)  # away longer than the timeout
         threading.Timer(0.3, pool.release, [held.pop(0)]).start()  # one comes back soon
         more = next(batches)  # waits for that one, then for its worker: not a hang
         assert more.count == 4

@@ -261,8 +261,10 @@ def test_a_split_lane_decodes_every_jpeg_once_in_order_and_steers_to_the_faster(
     first one is."""
     files = [photo(seed, (60 + 23 * (seed % 9), 40 + 17 * (seed % 5))) for seed in range(24)]
     datas = [np.frombuffer(data, np.uint8) for data in files]
-    first = EnginePillow("hw", delay=0.004 if slow == "first" else 0.0)
-    helper = EnginePillow(helper_engine, delay=0.004 if slow == "helper" else 0.0)
+    # The slow one sleeps 20 ms an image: slower than Pillow's decodes of these small JPEGs
+    # even on a machine busy with other programs (4 ms was not, beside another test run).
+    first = EnginePillow("hw", delay=0.02 if slow == "first" else 0.0)
+    helper = EnginePillow(helper_engine, delay=0.02 if slow == "helper" else 0.0)
     split = SplitJpeg(first, helper, share=0.3)
     assert split.engine == f"hw|{helper_engine}"
     for _ in range(6):
