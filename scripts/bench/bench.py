@@ -39,6 +39,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts" / "bench"))  # bench_reader, also when imported from elsewhere
 
 from imageloader import ImageLoader, Normalize, configure_cuda_queues  # noqa: E402
+from imageloader import step_stream as priority_stream  # noqa: E402
 from imageloader.decode import Augment, Decoder  # noqa: E402
 from imageloader.loader import default_workers  # noqa: E402
 
@@ -261,7 +262,6 @@ def step_stream(priority: int | None):
     ordered after it on leaving, since the next row runs there). None: the caller's stream."""
     if priority is None:
         return contextlib.nullcontext()
-    from imageloader import step_stream as priority_stream
     return priority_stream(priority)
 
 
