@@ -5,7 +5,8 @@
 #                                                    # 11-14 min on an H200 (2026-11-27)
 #   bash scripts/bench/gpu_host.sh OUT_DIR tests tests/test_[gn]*.py  # a part of it (pytest
 #                                                    # arguments), in three calls: [gn] the GPU
-#                                                    # decoders ~4 min, [a-fh-mp] ~7, [r-z] ~4
+#                                                    # decoders ~4.5 min, [a-fh-mp] ~5.5, [r-z]
+#                                                    # ~4.5 (H200, 2026-11-29)
 #   bash scripts/bench/gpu_host.sh OUT_DIR bench     # both data sets, loader and training, ~6 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR overlap   # what overlaps: trace, copies, demos, ~3 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR ranks fixed   # 2-GPU host: exactly once, resume,
