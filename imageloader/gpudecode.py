@@ -66,6 +66,7 @@ class GpuDecode:
         self._crop_chosen_by_us = crop == "auto"
         # Reported like the workers' counts: skip reasons as they are, the rest under FALLBACK.
         self.counts: Counter = Counter()
+        self._refused_reported = 0  # of self.jpeg.refused (the engines' refusals)
 
     def __call__(self, packed: Packed):
         buf = packed.buf
@@ -260,5 +261,11 @@ class GpuDecode:
         return x.round_().clamp_(0, 255).to(torch.uint8).permute(1, 2, 0)
 
     def take_counts(self) -> dict:
+        # JPEGs the hardware engines refused and nvImageCodec's other backends decoded on the
+        # GPU (also in "gpu_decoded"): a layout the engines lack, a slower path to know of.
+        refused = getattr(self.jpeg, "refused", 0)
+        if refused > self._refused_reported:
+            self.counts[FALLBACK + "engines_refused"] += refused - self._refused_reported
+            self._refused_reported = refused
         counts, self.counts = dict(self.counts), Counter()
         return counts

@@ -177,6 +177,7 @@ class NvImageCodecJpeg:
         # `lanes` does not probe again
         self.without_engines = False
         self._fallback = None  # engine "hw": every backend, for what the engines refuse
+        self.refused = 0  # JPEGs the engines refused so far (GpuDecode reports them)
         # One C call per batch (nvbatch.py) where it builds, unless one_call=False; else the
         # Python API, decoding into kept images.
         self.batch = self._batch_decoder(engine, threads, regions_from) \
@@ -265,6 +266,7 @@ class NvImageCodecJpeg:
         again = [i for i, image in enumerate(out) if image is None and streams[i] is not None]
         if not again:
             return
+        self.refused += len(again)
         images = self._fallback.decode([streams[i] for i in again], params=self.params,
                                        cuda_stream=stream_handle(self.device))
         for i, image in zip(again, images):
@@ -331,6 +333,11 @@ class SplitJpeg:
     @property
     def regions_from(self) -> int | None:
         return getattr(self.first, "regions_from", None)
+
+    @property
+    def refused(self) -> int:
+        """JPEGs the hardware engines refused so far, in either decoder."""
+        return getattr(self.first, "refused", 0) + getattr(self.helper, "refused", 0)
 
     @property
     def mean_share(self) -> float:

@@ -130,7 +130,9 @@ class LoaderStats:
     workers: int = 0
     readers: int = 0                    # reader processes (0: read in the calling process)
     regions: int = 0                    # regions the archives were cut into (0: read whole)
-    fallbacks: Counter = field(default_factory=Counter)  # decode="cuda": CPU-decoded, by why
+    # decode="cuda": images CPU-decoded, by why; "gpu_decoded" the rest, and of those
+    # "engines_refused" the ones the hardware JPEG engines left to nvImageCodec's other backends
+    fallbacks: Counter = field(default_factory=Counter)
     padded: int = 0                     # batches repeated so that ranks take equal steps
     cpu_share: float = 0.0              # decode="cuda": the share batches are given now
     share_rates: dict = field(default_factory=dict)  # decode="auto": batches/s the consumer

@@ -251,6 +251,40 @@ def test_gpu_stage_geometry_matches_the_cpu_path(train, decoder):
         assert np.abs(ours - reference).mean() <= 2.0, slot
 
 
+def test_what_the_engines_refuse_is_counted_once_as_a_fallback(monkeypatch):
+    """JPEGs the hardware engines refuse (a layout they lack) are decoded by nvImageCodec's
+    other backends and reported under fallbacks' "engines_refused", each batch its own,
+    besides "gpu_decoded"; a split lane sums its two decoders' refusals. On the CPU: the
+    engines' refusal is played by the CPU backend's images of the wide JPEGs dropped."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    decoder = NvImageCodecJpeg(torch.device("cpu"), "RGB", engine="hw", one_call=False)
+    decode = decoder._decode
+
+    def engines_refuse_the_wide_ones(streams, fresh=False):
+        return [None if stream.width >= 300 else image
+                for stream, image in zip(streams, decode(streams, fresh))]
+    monkeypatch.setattr(decoder, "_decode", engines_refuse_the_wide_ones)
+    files = [photo(seed, size) for seed, size in
+             enumerate([(300, 200), (120, 90), (300, 200), (90, 160), (300, 200)])]
+    buf, cpu = packed_batch(files, Augment.make(64, True))
+    stage = GpuDecode(cpu, None, torch.device("cpu"), [decoder])
+    for _ in range(2):
+        images, labels = stage(Packed(buf))
+        assert labels.tolist() == [0, 1, 2, 3, 4]
+        counts = stage.take_counts()
+        assert counts[FALLBACK + "engines_refused"] == 3, counts
+        assert counts[FALLBACK + "gpu_decoded"] == 5 and FALLBACK + "gpu_refused" not in counts
+        for slot, data in enumerate(files):  # the refused ones decoded all the same
+            reference = np.empty(cpu.out_shape, np.uint8)
+            cpu(data, reference, 1000 + slot)
+            ours = images[slot].permute(1, 2, 0).numpy().astype(int)
+            assert np.abs(ours - reference).mean() <= 2.0, slot
+    assert FALLBACK + "engines_refused" not in stage.take_counts()  # nothing new: no count
+    helper = EnginePillow("hybrid")
+    helper.refused = 1
+    assert SplitJpeg(decoder, helper).refused == decoder.refused + 1 == 7
+
+
 @pytest.mark.parametrize("slow", ["helper", "first"])
 @pytest.mark.parametrize("helper_engine", ["hybrid", "cuda"])
 def test_a_split_lane_decodes_every_jpeg_once_in_order_and_steers_to_the_faster(
@@ -805,6 +839,7 @@ def test_the_hardware_lane_decodes_what_the_engines_refuse_with_the_other_backen
                                          "JPEG", progressive=True, quality=90)]
     images = decoder.decode([np.frombuffer(data, np.uint8) for data in files])
     torch.cuda.synchronize()
+    assert decoder.refused == 1  # the progressive one, counted (GpuDecode reports it)
     for data, image in zip(files, images):
         assert image is not None
         ours = np.asarray(torch.as_tensor(image, device="cuda").cpu()).astype(int)

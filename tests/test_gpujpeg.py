@@ -119,10 +119,11 @@ def test_a_hardware_lane_decodes_what_the_engines_refused_with_every_backend(mon
                 for stream, image in zip(streams, images)]
     monkeypatch.setattr(decoder, "_decode", engines_refuse_the_odd_ones)
     images = decoder.decode([as_array(d) for d in files])
-    assert decoder._fallback is not None
+    assert decoder._fallback is not None and decoder.refused == 2  # counted: GpuDecode says
     for data, image in zip(files, images):
         assert np.abs(np.asarray(image).astype(int) - pillow_chw(data)).max() <= 1
     assert decoder.decode([as_array(b"not a jpeg" * 8)]) == [None]  # nothing to retry
+    assert decoder.refused == 2  # a header that does not parse was not the engines' refusal
 
 
 @nvimgcodec_cpu

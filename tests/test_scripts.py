@@ -1087,3 +1087,19 @@ def test_scaling_trial_shows_each_fed_epoch_with_the_trial_so_far(monkeypatch, t
         "| c/train-photos.jsonl | resnet50 | graph ahead 0 | 2 | 0 | 3,200 | 1 | 0: 11.97 | 10.90 |",
         "| c/train-photos.jsonl | resnet50 | graph ahead 0 | 2 | 1 | 2,700 | 0 | 0: 11.97, 1: 10.12 "
         "| 11.10 |"]
+
+
+def test_probe_engines_makes_every_kind_and_names_each_from_its_header(monkeypatch):
+    """probe_engines.py's JPEGs of each kind (subsampling, grayscale) at each size, and the
+    kind and size it reads back from their headers: what its table of refusals is keyed by."""
+    probe = load_script("probe_engines", monkeypatch)
+    made = probe.made_classes()
+    assert len(made) == len(probe.SIZES) * (len(probe.SUBSAMPLINGS) + 1)
+    for label, data in made:
+        kind, size = label.split()
+        assert probe.kind_of(data) == kind, label
+        width, height = map(int, size.split("x"))
+        assert Image.open(io.BytesIO(data.tobytes())).size == (width, height)
+    sizes = {label.split()[1]: probe.size_of(data) for label, data in made}
+    assert (sizes["64x48"], sizes["333x251"], sizes["500x375"], sizes["2600x1950"]) == \
+        ("<0.1 MP", "<0.1 MP", "0.1-1 MP", ">=1 MP")

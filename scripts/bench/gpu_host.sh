@@ -50,6 +50,8 @@
 #                                 # with its data on the GPU and fed by one lane and two, ~3 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR suspects  # what slows ResNet-18's training thread
 #                                 # on photos: the probe's rows, decoder pools, regions, ~8 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR engines [photos|fixed]  # which JPEGs the hardware
+#                                 # engines refuse, what refusals cost a lane's batch, ~1 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR batchcall # nvImageCodec's Python API against one C
 #                                                    # call per batch (nvbatch), ~2 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR yuv       # the engines into RGB or into YCbCr (no
@@ -799,6 +801,14 @@ batchcall() {  # nvImageCodec's Python API against one C call per batch (bench_b
   done
 }
 
+engines() {  # KIND: which JPEGs the hardware engines refuse, and what refusals cost a lane
+  # (probe_engines.py), on made JPEGs of each kind and 4,096 of the archive's
+  local archive="$data/$1-4096.tgz"
+  ensure_archive "$archive" --sizes "$1" --images 4096
+  python3 $here/probe_engines.py --archive "$archive" --images 4096 \
+    --out "$out/engines-$1.json" 2>&1 | grep --line-buffered -v "$quiet" | tail -40
+}
+
 case "$part" in
   none) ;;  # the wheels of .whl/ installed, nothing run (a first call before others)
   tests) shift 2; tests "$@" ;;
@@ -816,7 +826,8 @@ case "$part" in
   versus) versus "${3:-fixed}" 2>&1 | tee "$out/versus-${3:-fixed}.log" ;;
   regions) regions "${3:-photos}" 2>&1 | tee "$out/regions-${3:-photos}.log" ;;
   dali) dali "${3:-photos}" ;;
+  engines) engines "${3:-photos}" 2>&1 | tee "$out/engines-${3:-photos}.log" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
-  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, spread, blocking, sidestream, firstepoch, host, beside, spy, versus, regions, profile, suspects, batchcall or none" >&2; exit 2 ;;
+  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, spread, blocking, sidestream, firstepoch, host, beside, spy, versus, regions, profile, suspects, batchcall, engines or none" >&2; exit 2 ;;
 esac
