@@ -177,7 +177,7 @@ class NvImageCodecJpeg:
         # `lanes` does not probe again
         self.without_engines = False
         self._fallback = None  # engine "hw": every backend, for what the engines refuse
-        self.refused = 0  # JPEGs the engines refused so far (GpuDecode reports them)
+        self.refused = 0  # JPEGs the engines refused and the other backends decoded
         # One C call per batch (nvbatch.py) where it builds, unless one_call=False; else the
         # Python API, decoding into kept images.
         self.batch = self._batch_decoder(engine, threads, regions_from) \
@@ -266,11 +266,13 @@ class NvImageCodecJpeg:
         again = [i for i, image in enumerate(out) if image is None and streams[i] is not None]
         if not again:
             return
-        self.refused += len(again)
         images = self._fallback.decode([streams[i] for i in again], params=self.params,
                                        cuda_stream=stream_handle(self.device))
         for i, image in zip(again, images):
             out[i] = image
+        # Those decoded so (what fails here too is retried alone, then goes to Pillow: counted
+        # there, once)
+        self.refused += sum(image is not None for image in images)
 
     def _code_stream(self, data: np.ndarray):
         try:
@@ -336,7 +338,7 @@ class SplitJpeg:
 
     @property
     def refused(self) -> int:
-        """JPEGs the hardware engines refused so far, in either decoder."""
+        """JPEGs the hardware engines refused and other backends decoded, in either decoder."""
         return getattr(self.first, "refused", 0) + getattr(self.helper, "refused", 0)
 
     @property

@@ -254,26 +254,33 @@ def test_gpu_stage_geometry_matches_the_cpu_path(train, decoder):
 def test_what_the_engines_refuse_is_counted_once_as_a_fallback(monkeypatch):
     """JPEGs the hardware engines refuse (a layout they lack) are decoded by nvImageCodec's
     other backends and reported under fallbacks' "engines_refused", each batch its own,
-    besides "gpu_decoded"; a split lane sums its two decoders' refusals. On the CPU: the
-    engines' refusal is played by the CPU backend's images of the wide JPEGs dropped."""
+    besides "gpu_decoded"; one that the other backends fail too goes to Pillow, counted once
+    as "gpu_refused" and not as theirs; a split lane sums its two decoders' refusals. On the
+    CPU: the refusals are played by the CPU backend's images of the wide JPEGs dropped."""
     pytest.importorskip("nvidia.nvimgcodec")
     decoder = NvImageCodecJpeg(torch.device("cpu"), "RGB", engine="hw", one_call=False)
-    decode = decoder._decode
+    decode, every_backend = decoder._decode, decoder._make_decoder("all", None)
 
     def engines_refuse_the_wide_ones(streams, fresh=False):
         return [None if stream.width >= 300 else image
                 for stream, image in zip(streams, decode(streams, fresh))]
+
+    class EveryBackendFailsTheWidest:
+        def decode(self, streams, **kw):
+            return [None if stream.width == 400 else image
+                    for stream, image in zip(streams, every_backend.decode(streams, **kw))]
     monkeypatch.setattr(decoder, "_decode", engines_refuse_the_wide_ones)
+    decoder._fallback = EveryBackendFailsTheWidest()
     files = [photo(seed, size) for seed, size in
-             enumerate([(300, 200), (120, 90), (300, 200), (90, 160), (300, 200)])]
+             enumerate([(300, 200), (120, 90), (400, 300), (90, 160), (300, 200)])]
     buf, cpu = packed_batch(files, Augment.make(64, True))
     stage = GpuDecode(cpu, None, torch.device("cpu"), [decoder])
     for _ in range(2):
         images, labels = stage(Packed(buf))
         assert labels.tolist() == [0, 1, 2, 3, 4]
         counts = stage.take_counts()
-        assert counts[FALLBACK + "engines_refused"] == 3, counts
-        assert counts[FALLBACK + "gpu_decoded"] == 5 and FALLBACK + "gpu_refused" not in counts
+        assert counts[FALLBACK + "engines_refused"] == 2, counts
+        assert counts[FALLBACK + "gpu_refused"] == 1 and counts[FALLBACK + "gpu_decoded"] == 4
         for slot, data in enumerate(files):  # the refused ones decoded all the same
             reference = np.empty(cpu.out_shape, np.uint8)
             cpu(data, reference, 1000 + slot)
@@ -282,7 +289,7 @@ def test_what_the_engines_refuse_is_counted_once_as_a_fallback(monkeypatch):
     assert FALLBACK + "engines_refused" not in stage.take_counts()  # nothing new: no count
     helper = EnginePillow("hybrid")
     helper.refused = 1
-    assert SplitJpeg(decoder, helper).refused == decoder.refused + 1 == 7
+    assert SplitJpeg(decoder, helper).refused == decoder.refused + 1 == 5
 
 
 @pytest.mark.parametrize("slow", ["helper", "first"])
