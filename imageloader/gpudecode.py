@@ -14,8 +14,7 @@ images are transient: only the (N, C, H, W) batch outlives a call, so GPU memory
 from __future__ import annotations
 
 import logging
-import os
-from collections import Counter, defaultdict, deque
+from collections import Counter, defaultdict
 
 import numpy as np
 import torch
@@ -30,10 +29,6 @@ from .errors import SampleError
 from .prefetch import small_to_device
 
 log = logging.getLogger(__name__)
-# An experiment, off unless "1": each lane's decoder on a stream of its own, into two kept
-# buffers in turn, so that a batch's decode waits for the crops of the batch before last, not of
-# the last one (which a busy GPU, e.g. training at a higher priority, may hold back).
-DECODE_AHEAD = "IMAGELOADER_DECODE_AHEAD"
 
 
 def choose_crop(crop: str, device: torch.device) -> str:
@@ -72,9 +67,6 @@ class GpuDecode:
         # Reported like the workers' counts: skip reasons as they are, the rest under FALLBACK.
         self.counts: Counter = Counter()
         self._refused_reported = 0  # of self.jpeg.refused (the engines' refusals)
-        self._ahead = self._decode_ahead()  # DECODE_AHEAD, and the decoder's stream for it
-        self._ahead_stream: torch.cuda.Stream | None = None
-        self._crops_done: deque = deque(maxlen=2)  # events after the last two batches' crops
 
     def __call__(self, packed: Packed):
         buf = packed.buf
@@ -124,29 +116,6 @@ class GpuDecode:
         if self.device.type == "cuda":
             self._last_done = torch.cuda.Event()
             self._last_done.record(torch.cuda.current_stream(self.device))
-            self._crops_done.append(self._last_done)
-
-    def _decode_ahead(self) -> bool:
-        """DECODE_AHEAD on a CUDA device with decoders that can keep two buffers."""
-        if self.device.type != "cuda" or os.environ.get(DECODE_AHEAD) != "1":
-            return False
-        return bool(getattr(self.jpeg, "use_buffers", lambda count: False)(2))
-
-    def _decode_batch(self, datas, regions) -> list:
-        """The batch's decode call; with DECODE_AHEAD on the decoder's own stream, into the
-        buffer of the batch before last, once that batch's crops have read it."""
-        if not self._ahead:
-            return self.jpeg.decode(datas, **regions)
-        lane = torch.cuda.current_stream(self.device)
-        if self._ahead_stream is None:  # at the lane's priority
-            self._ahead_stream = torch.cuda.Stream(self.device, priority=lane.priority)
-        ahead = self._ahead_stream
-        if len(self._crops_done) == 2:  # GPU-side waits only: the host goes on
-            ahead.wait_event(self._crops_done[0])
-        with torch.cuda.stream(ahead):
-            images = self.jpeg.decode(datas, **regions)
-        lane.wait_stream(ahead)  # this batch's crops after its decode
-        return images
 
     def _copy_cpu_decoded(self, buf, out) -> list[int]:
         slots = np.flatnonzero(buf.arrays.lengths[:buf.count] == 0).tolist()
@@ -184,7 +153,7 @@ class GpuDecode:
         regions = {"boxes": arrays.boxes[slots, :4]} \
             if self.augment.train and getattr(self.jpeg, "regions_from", None) else {}
         try:
-            images = self._decode_batch(datas, regions)
+            images = self.jpeg.decode(datas, **regions)
         except RuntimeError as error:  # the batch call fails as a whole: find the culprits
             log.info("batched GPU decode failed (%s); decoding one by one", error)
             images = [None] * len(datas)

@@ -226,14 +226,6 @@ class NvImageCodecJpeg:
                                     channels=3 if self.mode == "RGB" else 1,
                                     regions_from=regions_from or nvbatch.regions_from())
 
-    def use_buffers(self, count: int) -> bool:
-        """Decode batches into `count` kept buffers in turn (one C call per batch only, see
-        nvbatch.BatchDecoder.use_buffers); False where this decoder cannot."""
-        if self.batch is None:
-            return False
-        self.batch.use_buffers(count)
-        return True
-
     @property
     def regions_from(self) -> int | None:
         """Images of at least this many pixels are decoded as their crop box's region when
@@ -343,11 +335,6 @@ class SplitJpeg:
     @property
     def regions_from(self) -> int | None:
         return getattr(self.first, "regions_from", None)
-
-    def use_buffers(self, count: int) -> bool:
-        """Both decoders into `count` kept buffers in turn, if both can."""
-        can = [getattr(d, "use_buffers", lambda count: False) for d in (self.first, self.helper)]
-        return all(use(count) for use in can)
 
     @property
     def refused(self) -> int:

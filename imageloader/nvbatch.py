@@ -230,9 +230,6 @@ class BatchDecoder:
             raise RuntimeError(f"nvImageCodec decoder ({backend}) could not be made: status "
                                f"{status}")
         self.handle = handle
-        # Kept output buffers, one per batch in turn (use_buffers); `buffer` is the last used
-        self.buffers: list[torch.Tensor | None] = [None]
-        self._turn = 0
         self.buffer: torch.Tensor | None = None
         self.sizes = np.zeros((capacity, 2), np.int32)
         self.status = np.zeros(capacity, np.int32)
@@ -347,19 +344,12 @@ class BatchDecoder:
         return [Decoded(tuple(row), self.channels, buffer, origin) if ok else None
                 for row, ok, origin in zip(table, done, origins)]
 
-    def use_buffers(self, count: int) -> None:
-        """Decode each batch into the next of `count` kept buffers, in turn: with 2, a batch's
-        decode need not wait for the crops of the one before (gpudecode's decode ahead)."""
-        self.buffers, self._turn = [None] * count, 0
-
     def _buffer(self, nbytes: int) -> torch.Tensor:
-        """This batch's kept output buffer, grown when a batch needs more. The old one is freed
-        to torch's caching allocator in stream order: only work queued after this batch's can
-        reuse it, and the views of it that are still held keep it."""
-        slot, self._turn = self._turn, (self._turn + 1) % len(self.buffers)
-        if self.buffers[slot] is None or self.buffers[slot].numel() < nbytes:
-            self.buffers[slot] = self._new_buffer(int(nbytes * GROWTH))
-        self.buffer = self.buffers[slot]
+        """The output buffer, grown when a batch needs more. The old one is freed to torch's
+        caching allocator in stream order: only work queued after this batch's can reuse it,
+        and the views of it that are still held keep it."""
+        if self.buffer is None or self.buffer.numel() < nbytes:
+            self.buffer = self._new_buffer(int(nbytes * GROWTH))
         return self.buffer
 
     def _new_buffer(self, nbytes: int) -> torch.Tensor:

@@ -958,49 +958,6 @@ def test_a_busy_gpu_never_lets_the_next_decode_overwrite_images_before_their_cro
 
 
 @cuda
-@pytest.mark.parametrize("engine", ["hw", "all", "hw|cuda"])
-def test_decoding_ahead_into_two_buffers_never_overwrites_images_before_their_crops(
-        engine, monkeypatch):
-    """IMAGELOADER_DECODE_AHEAD=1: the decoder on a stream of its own, into two buffers in
-    turn, so batch B's decode does not wait for A's crops, but C's (into A's buffer) must.
-    With the lane's stream busy (a long kernel queued first, A's crops behind it), three
-    batches A, B, C (= A's JPEGs again) equal what an idle GPU gives."""
-    monkeypatch.setenv("IMAGELOADER_DECODE_AHEAD", "1")
-    decoder = nvimgcodec_engine(engine)
-    if isinstance(decoder, SplitJpeg):
-        decoder._steer = lambda *measured: None  # the same share every call
-    device = torch.device("cuda")
-    sizes = [(320 + 8 * seed, 240) for seed in range(7)] + [(1280, 960)]
-    augment = Augment.make(64, True)
-    (buf_a, cpu), (buf_b, _) = (packed_batch([photo(first + seed, size) for seed, size in
-                                              enumerate(sizes)], augment) for first in (0, 100))
-    stage = GpuDecode(cpu, None, device, [decoder])
-    assert stage._ahead
-    expected = [stage(Packed(buf))[0].clone() for buf in (buf_a, buf_b, buf_a)]
-    torch.cuda.synchronize()
-    side = torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(int(2e8))  # ~100 ms of one SM spinning: the lane's stream is busy
-        got = [stage(Packed(buf))[0] for buf in (buf_a, buf_b, buf_a)]
-    side.synchronize()
-    assert stage._ahead_stream is not None and stage._ahead_stream != side
-    for k, (ours, theirs) in enumerate(zip(got, expected)):
-        assert torch.equal(ours, theirs), k
-
-
-def test_decoding_ahead_is_off_unless_asked_and_where_the_decoder_keeps_one_buffer(
-        monkeypatch):
-    """Off by default and on the CPU; a split lane only where both of its decoders can keep
-    two buffers (not Pillow's)."""
-    files = [photo(seed, (64, 48)) for seed in range(2)]
-    buf, cpu = packed_batch(files, Augment.make(32, True))
-    assert not GpuDecode(cpu, None, torch.device("cpu"), cpu_decoders("split"))._ahead
-    monkeypatch.setenv("IMAGELOADER_DECODE_AHEAD", "1")
-    assert not GpuDecode(cpu, None, torch.device("cpu"), cpu_decoders("split"))._ahead
-    assert SplitJpeg(EnginePillow("hw"), EnginePillow("hybrid")).use_buffers(2) is False
-
-
-@cuda
 def test_auto_decode_times_gpu_and_cpu_decoding_while_training_and_keeps_one(tmp_path):
     from imageloader.share import TRIAL_WARMUP, TrialShare
     path = write_archive(tmp_path / "a.tgz", labeled_files(4, 64))  # 32 batches of 8

@@ -112,26 +112,6 @@ def test_views_of_an_earlier_batch_survive_the_buffer_growing():
     assert np.abs(kept_view.astype(int) - pillow_chw(small)).max() <= 1
 
 
-def test_two_kept_buffers_take_the_batches_in_turn():
-    """use_buffers(2) (gpudecode's decode ahead): batches 1 and 3 into one buffer, 2 and 4
-    into the other, so batch 2 leaves batch 1's images whole; each batch's pixels right."""
-    decoder = NvImageCodecJpeg(CPU, "RGB", one_call=True)
-    assert decoder.use_buffers(2)
-    batches = [[jpeg(10 * b + k, (40 + 8 * k, 30)) for k in range(3)] for b in range(4)]
-    used, first = [], None
-    for b, files in enumerate(batches):
-        images = decoder.decode([as_array(d) for d in files])
-        used.append(decoder.batch.buffer)
-        if b == 0:
-            first = [pixels(image).copy() for image in images]
-            first_images = images
-        for data, image in zip(files, images):
-            assert np.abs(pixels(image).astype(int) - pillow_chw(data)).max() <= 1
-        if b == 1:  # batch 1's images, in the other buffer, are still batch 1's
-            assert all(np.array_equal(pixels(i), p) for i, p in zip(first_images, first))
-    assert used[0] is used[2] and used[1] is used[3] and used[0] is not used[1]
-
-
 class ReusingFreedMemory:
     """The library, called as in a busy process: just before each call into C, arrays of the
     call's sizes are made and filled with -1, so memory that was freed before the call (an
