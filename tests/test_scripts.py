@@ -1097,9 +1097,9 @@ def test_probe_engines_makes_every_kind_and_names_each_from_its_header(monkeypat
     assert len(made) == len(probe.SIZES) * (len(probe.SUBSAMPLINGS) + 1)
     for label, data in made:
         kind, size = label.split()
-        assert probe.kind_of(data) == kind, label
+        assert probe.kind_and_size(data)[0] == kind, label
         width, height = map(int, size.split("x"))
         assert Image.open(io.BytesIO(data.tobytes())).size == (width, height)
-    sizes = {label.split()[1]: probe.size_of(data) for label, data in made}
+    sizes = {label.split()[1]: probe.kind_and_size(data)[1] for label, data in made}
     assert (sizes["64x48"], sizes["333x251"], sizes["500x375"], sizes["2600x1950"]) == \
         ("<0.1 MP", "<0.1 MP", "0.1-1 MP", ">=1 MP")

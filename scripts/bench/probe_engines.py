@@ -36,6 +36,7 @@ from imageloader.gpujpeg import NvImageCodecJpeg, has_jpeg_engines  # noqa: E402
 
 SIZES = ((64, 48), (333, 251), (500, 375), (801, 599), (2600, 1950))
 SUBSAMPLINGS = {"4:4:4": 0, "4:2:2": 1, "4:2:0": 2}
+SUBSAMPLING_NAMES = {code: name for name, code in SUBSAMPLINGS.items()}
 
 
 def get_args_parser():
@@ -48,19 +49,15 @@ def get_args_parser():
     return p
 
 
-def kind_of(data) -> str:
-    """'gray', or the chroma subsampling of a colour JPEG, from its header."""
+def kind_and_size(data) -> tuple[str, str]:
+    """From the JPEG's header: 'gray' or the chroma subsampling of a colour JPEG, and its
+    megapixel bucket."""
     image = Image.open(io.BytesIO(bytes(data)))
-    if image.mode == "L":
-        return "gray"
-    names = {v: k for k, v in SUBSAMPLINGS.items()}
-    return names.get(JpegImagePlugin.get_sampling(image), "other")
-
-
-def size_of(data) -> str:
-    width, height = Image.open(io.BytesIO(bytes(data))).size
-    pixels = width * height
-    return "<0.1 MP" if pixels < 100_000 else "0.1-1 MP" if pixels < 1_000_000 else ">=1 MP"
+    kind = "gray" if image.mode == "L" else \
+        SUBSAMPLING_NAMES.get(JpegImagePlugin.get_sampling(image), "other")
+    pixels = image.size[0] * image.size[1]
+    size = "<0.1 MP" if pixels < 100_000 else "0.1-1 MP" if pixels < 1_000_000 else ">=1 MP"
+    return kind, size
 
 
 def made_classes() -> list[tuple[str, np.ndarray]]:
@@ -106,12 +103,12 @@ def seconds_per_pass(decoder: NvImageCodecJpeg, batches: list[list[np.ndarray]],
 
 def archive_part(decoder, args) -> dict:
     datas = screened_jpegs(args.archive, args.images)
-    kinds = [kind_of(d) for d in datas]
-    sizes = [size_of(d) for d in datas]
+    kinds, sizes = zip(*map(kind_and_size, datas))
     gone = refused(decoder, datas, args.batch)
-    batches = [datas[s:s + args.batch] for s in range(0, len(datas), args.batch)]
-    kept = [[d for d, r in zip(datas[s:s + args.batch], gone[s:s + args.batch]) if not r]
-            for s in range(0, len(datas), args.batch)]
+    starts = range(0, len(datas), args.batch)
+    batches = [datas[s:s + args.batch] for s in starts]
+    refusals = [gone[s:s + args.batch] for s in starts]
+    kept = [[d for d, r in zip(batch, flags) if not r] for batch, flags in zip(batches, refusals)]
     with_retry = seconds_per_pass(decoder, batches, True, args.repeats)
     engines_only = seconds_per_pass(decoder, kept, False, args.repeats)
     n_batches = len(batches)
@@ -121,8 +118,7 @@ def archive_part(decoder, args) -> dict:
         "refused_by_kind": dict(collections.Counter(k for k, r in zip(kinds, gone) if r)),
         "refused_by_size": dict(collections.Counter(s for s, r in zip(sizes, gone) if r)),
         "refused": int(sum(gone)),
-        "batches_with_a_refusal": sum(any(gone[s:s + args.batch])
-                                      for s in range(0, len(datas), args.batch)),
+        "batches_with_a_refusal": sum(map(any, refusals)),
         "lane_ms_per_batch": round(1e3 * with_retry / n_batches, 2),
         "engines_only_ms_per_batch": round(1e3 * engines_only / n_batches, 2),
         "lane_img_per_s": round(len(datas) / with_retry),
