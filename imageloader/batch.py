@@ -46,6 +46,9 @@ class BatchViews(NamedTuple):
     cpu_probe: np.ndarray  # (3,) float64: images the parent asks the packer to time through
                            # the CPU path besides packing them (share.py), then the seconds
                            # and the images the packer timed, read back by the parent
+    cpu_pixels: np.ndarray  # (1,) int64: JPEGs of at least this many pixels the packer decodes
+                            # on the CPU (decode="auto" on a GPU-bound model; 0: none), set
+                            # by the parent (share.py)
 
 
 _ALIGN = 4096
@@ -57,7 +60,7 @@ def batch_layout(batch_size: int, image_shape: tuple[int, int, int], arena_bytes
     specs = [("labels", "int64", (batch_size,)), ("seeds", "uint64", (batch_size,)),
              ("offsets", "int64", (batch_size,)), ("lengths", "int64", (batch_size,)),
              ("boxes", "float32", (batch_size, 5)), ("cpu_share", "float64", (1,)),
-             ("cpu_probe", "float64", (3,)),
+             ("cpu_probe", "float64", (3,)), ("cpu_pixels", "int64", (1,)),
              ("images", "uint8", (batch_size, *image_shape)), ("arena", "uint8", (arena_bytes,))]
     fields, offset = {}, 0
     for name, dtype, shape in specs:

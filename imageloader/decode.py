@@ -157,6 +157,7 @@ class JpegPacker:
         self.fallbacks: Counter = Counter()
         self._end = 0
         self._share = 0.0
+        self._large = cpu_pixels or 0  # this batch's threshold (start); 0: none
         self._probes = 0       # images of this batch still to time through the CPU path
         self._scratch = None   # their pixels, thrown away; None: no probe decoded here yet
 
@@ -174,6 +175,10 @@ class JpegPacker:
         # (share.py). The images still go to the GPU: the probe's pixels are thrown away.
         self._probes = int(batch.cpu_probe[0])
         batch.cpu_probe[1:] = 0
+        # decode="auto" with a model that keeps the GPU busy: the parent sends the largest
+        # JPEGs here too (share.LargeOnCpu), besides those Options.cpu_large names.
+        stamped = int(batch.cpu_pixels[0])
+        self._large = min((p for p in (self.cpu_pixels, stamped) if p), default=0)
 
     def fill(self, batch, slot: int, data: bytes, seed: int) -> None:
         reason, size = gpu_screen(data, self.cpu.mode, self.cpu.limits)
@@ -181,7 +186,7 @@ class JpegPacker:
             reason = "arena_full"
         if reason is None and self._share > 0 and _unit(seed) < self._share:
             reason = "cpu_share"
-        if reason is None and self.cpu_pixels and size[0] * size[1] >= self.cpu_pixels:
+        if reason is None and self._large and size[0] * size[1] >= self._large:
             reason = "cpu_large"
         if reason is not None:
             self.cpu.fill(batch, slot, data, seed)  # raises SampleError; sets lengths 0

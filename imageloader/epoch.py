@@ -332,16 +332,20 @@ class _EpochRun:
 
     def _next_batch(self, made, last):
         """(the next batch or None at the end, the last real batch and where it was handed)."""
+        prefetcher, position = self.runtime.prefetcher, self.position
+        # Asked before waiting for the batch (the GPU catches up while the host waits): how
+        # far behind its host does the consumer's GPU run? Only while the share wants to know.
+        lag = prefetcher.consumer_lag() if self.share.watches_steps else None
         t0 = time.perf_counter()
         out = next(made, None)
         waited = time.perf_counter() - t0
         self.stats.wait_s += waited
         if out is not None:
-            self.share.observe(waited, out.share)
+            self.share.observe(waited, out.share, lag)
         self.stats.cpu_share = self.share.share
+        self.stats.cpu_large = self.share.cpu_large
         self.stats.share_rates = self.share.rates
         self.stats.cpu_bound = self.share.cpu_bound
-        prefetcher, position = self.runtime.prefetcher, self.position
         if out is None:
             if self.steps is None or last is None:
                 return None, last

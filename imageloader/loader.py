@@ -101,7 +101,9 @@ class Options:
                                         # training waits for a batch
     cpu_large: int | None = None        # decode="cuda": images of at least this many
                                         # pixels are decoded by the packers on the CPU
-                                        # (DCT-scaled), not by the GPU's JPEG engines
+                                        # (DCT-scaled), not by the GPU's JPEG engines.
+                                        # None: none, or with decode="auto" those of 2 MP
+                                        # once the model is found GPU-bound (share.py)
     gpu_crop: str = "auto"              # decode="cuda", training crops: "triton" (one
                                         # kernel per batch, gpucrop.py), "roi_align"
                                         # (torchvision ops), "auto": triton where it runs
@@ -140,6 +142,9 @@ class LoaderStats:
     cpu_bound: float | None = None      # decode="auto": the most batches/s CPU decoding
                                         # could feed, from the packers' timed decodes; 20%
                                         # or more under the GPU's rate: the CPU is not tried
+    cpu_large: int = 0                  # decode="auto": pixels from which the packers decode a
+                                        # JPEG on the CPU, since the consumer was found
+                                        # GPU-bound (share.LargeOnCpu); 0: none
     fetched: int = 0                    # bytes fetched from URL sources by this rank's readers
     requests: int = 0                   # ... in this many requests,
     retries: int = 0                    # of which this many repeated one that failed
@@ -184,8 +189,9 @@ class ImageLoader:
             pack bytes) or "auto" (the default: where the device is CUDA and a GPU JPEG
             decoder is installed, GPU and CPU decoding are each timed early in training (past
             its first 64 batches) and GPU decoding is kept unless the CPU fed this model more
-            than 10% faster (share.py); else cpu).
-            `loader.stats.decode` and `loader.stats.cpu_share` say what was chosen.
+            than 10% faster (share.py); then, where the model's GPU runs behind its host and
+            batches are ready, the workers also decode the JPEGs of >= 2 MP; else cpu).
+            `loader.stats.decode`, `.cpu_share` and `.cpu_large` say what was chosen.
         options: an `Options` with limits, error policies, inflater and distribution settings.
     """
 

@@ -308,6 +308,44 @@ class Backlog:
         return max(0, self._count)  # a stopped run's lane may finish after the next reset
 
 
+class StepLag:
+    """How far a stream's GPU work runs behind its host, without waiting for it: each call
+    records an event where the host stands on the stream and, at the same moment, a marker on
+    an idle stream of its own (done at once: the GPU's "now"); the time between the two, once
+    the stream's event is reached, is how far the GPU was behind when the call was made.
+    (A stream event alone says only whether the GPU lags by more than the time between two
+    calls: ResNet-50's host, held back by CUDA's launch queue, runs less than one step ahead
+    of its GPU, so its steps looked as if they had kept up.) With CUDA's 8 default hardware
+    queues the marker may queue behind other streams' work: the lag then reads short. The
+    first call makes the idle stream, and once waited for the GPU's queued work there (~100 ms
+    in a test on an H200, results/2026-11-29-h200-large); later calls never wait."""
+
+    def __init__(self, device: torch.device, keep: int = 8):
+        self.device, self.keep = device, keep
+        self._marks: collections.deque = collections.deque()  # (marker, event), oldest first
+        self._idle = None
+
+    def lag(self, stream) -> float | None:
+        """The most seconds the GPU was behind at the calls whose points it reached since the
+        last call (None: none reached since). While `keep` points wait to be reached, a call
+        records none: a host many steps ahead is measured by its first points, not lost."""
+        lag = None
+        # query(): cudaEventQuery, no host wait; the streams keep running.
+        while self._marks and self._marks[0][1].query() and self._marks[0][0].query():
+            first, reached = self._marks.popleft()
+            behind = max(first.elapsed_time(reached), 0.0) / 1e3  # both done: no wait either
+            lag = behind if lag is None else max(lag, behind)
+        if len(self._marks) < self.keep:
+            if self._idle is None:
+                self._idle = torch.cuda.Stream(self.device)  # nothing else runs on it
+            marker, event = (torch.cuda.Event(enable_timing=True),
+                             torch.cuda.Event(enable_timing=True))
+            marker.record(self._idle)
+            event.record(stream)
+            self._marks.append((marker, event))
+        return lag
+
+
 class Prefetcher:
     """Iterate `source` with batches copied to `device` up to `prefetch` batches ahead.
 
@@ -359,6 +397,7 @@ class Prefetcher:
         # the consumer stream around its wait, i.e. the copy time the consumer was exposed to.
         self.record_waits = False
         self.wait_events: list[tuple[Any, Any]] = []
+        self._lag = StepLag(self.device) if self.device.type == "cuda" else None
         self._staging = _Staging(self.device, staging_slots or prefetch + 2) \
             if self.device.type == "cuda" else None
 
@@ -637,6 +676,11 @@ class Prefetcher:
     def consumer_stream(self):
         """The stream batches are handed to now (None on the CPU)."""
         return torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+
+    def consumer_lag(self) -> float | None:
+        """Called as the consumer comes for its next batch: seconds its GPU ran behind its
+        host at a recent such call (StepLag; None on the CPU, or not known yet)."""
+        return self._lag.lag(self.consumer_stream()) if self._lag is not None else None
 
     def _mark(self, stream) -> Any:
         if not self.record_waits:

@@ -10,6 +10,11 @@ H200 host). Which way wins depends on the model, the images and the host, so dec
 measures it (TrialShare). A share steered while training by idle cores and waits measured
 within noise of a fixed one and is gone (scripts/bench/README.md).
 
+Once GPU decoding is kept, a model that keeps the GPU busy gets one more part taken off it: the
+largest JPEGs, which the packers decode at a reduced scale (LargeOnCpu). ResNet-50 on photos
+gained 1.1-1.5 points from it where ResNet-18, host-bound, lost 3.6, so it is switched on by
+what the consumer's steps show, not by a rule about images.
+
 The parent decides; each batch buffer carries its share (batch.py's `cpu_share` field), written
 when the buffer is handed to a packer, so packers read no shared state while they work.
 """
@@ -22,6 +27,12 @@ import time
 # a few seconds of a real epoch's thousands of steps.
 TRIAL_WARMUP = 64
 
+# decode="auto", a GPU-bound consumer: JPEGs of at least this many pixels go to the packers
+# (LargeOnCpu). On an H200 with photos of 250-2,600 px, ResNet-50 on a priority -1 stream was
+# fed 97.9 / 98.0% of its data-on-GPU rate with 2 MP, 96.8 / 96.8% without (interleaved;
+# scripts/bench/README.md).
+AUTO_CPU_LARGE = 2_000_000
+
 
 class FixedShare:
     """The same share for every batch (Options.cpu_share as a number)."""
@@ -33,9 +44,24 @@ class FixedShare:
     def stamp(self, buf) -> None:
         buf.arrays.cpu_share[0] = self.share
         buf.arrays.cpu_probe[:] = 0  # a buffer a trial used asks for no probe any more
+        buf.arrays.cpu_pixels[0] = 0
 
-    def observe(self, wait_s: float, share: float | None = None) -> None:
-        """One batch, stamped with `share`, reached the consumer after it waited `wait_s`."""
+    @property
+    def watches_steps(self) -> bool:
+        """Does `observe` want to know whether the consumer's GPU runs behind its host?"""
+        return False
+
+    @property
+    def cpu_large(self) -> int:
+        """Pixels from which the packers decode a JPEG on the CPU besides Options.cpu_large
+        (0: none)."""
+        return 0
+
+    def observe(self, wait_s: float, share: float | None = None,
+                lag: float | None = None) -> None:
+        """One batch, stamped with `share`, reached the consumer after it waited `wait_s`;
+        `lag`: seconds the consumer's GPU ran behind its host at a recent step (None: not
+        asked, not known yet, or no GPU)."""
 
     def start_epoch(self) -> None:
         """An epoch's first batch comes next (its pipeline starts empty)."""
@@ -126,9 +152,19 @@ class TrialShare(FixedShare):
         self.chosen: float | None = None
         self._last: float | None = None            # when the last batch of this epoch came
         self._run: tuple = (None, 0)               # (share, its batches in a row this epoch)
+        self._in_epoch = 0                         # batches of this epoch so far
+        self.large = LargeOnCpu()                  # once GPU decoding is kept
 
     def start_epoch(self) -> None:
-        self._last, self._run = None, (None, 0)
+        self._last, self._run, self._in_epoch = None, (None, 0), 0
+
+    @property
+    def watches_steps(self) -> bool:
+        return self.chosen == self.shares[0] and self.large.watching
+
+    @property
+    def cpu_large(self) -> int:
+        return self.large.cpu_pixels
 
     def stamp(self, buf) -> None:
         """Before a buffer is filled again: take what its last packer timed (its batch was
@@ -138,6 +174,7 @@ class TrialShare(FixedShare):
             seconds, images = self._probed
             self._probed = (seconds + float(probe[1]), images + int(probe[2]))
         buf.arrays.cpu_share[0] = self.share
+        buf.arrays.cpu_pixels[0] = self.cpu_large
         wanted = self.chosen is None and self.decoders > 0 and \
             self._probed[1] < self.probe_images
         probe[:] = (self.probes if wanted else 0, 0, 0)
@@ -154,11 +191,18 @@ class TrialShare(FixedShare):
             return None
         return round(self.decoders * images / seconds / self.batch_size, 3)
 
-    def observe(self, wait_s: float, share: float | None = None) -> None:
+    def observe(self, wait_s: float, share: float | None = None,
+                lag: float | None = None) -> None:
         now = self.clock()
         last, self._last = self._last, now
         self._taken += 1
-        if self.chosen is not None or share not in self.timed:
+        self._in_epoch += 1
+        if self.chosen is not None:
+            # An epoch's first batches come in a burst after a gap: no steady steps.
+            if self.chosen == self.shares[0] and last is not None and self._in_epoch > self.skip:
+                self.large.observe(now - last, wait_s, lag)
+            return
+        if share not in self.timed:
             return
         run_share, run = self._run
         self._run = (share, run + 1 if share == run_share else 1)
@@ -225,6 +269,71 @@ class TrialShare(FixedShare):
     def rates(self) -> dict:
         """Batches per second the consumer took with each share (measured so far)."""
         return {s: round(len(t) / sum(t), 3) for s, t in self.timed.items() if t}
+
+
+class LargeOnCpu:
+    """decode="auto", once its trial kept GPU decoding: whether the packers also decode the
+    JPEGs of at least `pixels` pixels on the CPU (at a reduced scale, decode.py's draft).
+
+    That pays only where the GPU is what the steps wait for: on photos of 250-2,600 px, on one
+    H200, ResNet-50 (55 ms steps the GPU is busy through) was fed 97.9 / 98.0% of its
+    data-on-GPU rate with them on the CPU against 96.8 / 96.8% without: the engines' colour
+    conversion of those images no longer takes SM time from the model. ResNet-18, whose host
+    issues its steps no faster than the GPU runs them and which waits 25-29% of the time for
+    its batches, was fed 82.9 / 82.9% against 86.6 / 86.4%: the packers' decoding slowed its
+    host side (scripts/bench/README.md, 2026-11-29).
+
+    So the consumer's steps decide, over `window` steady steps: on where in at least `behind`
+    of them the GPU ran behind the host, when it came for the next batch, by at least
+    `lag_share` of a step (prefetch.StepLag; the host runs ahead: GPU-bound, where a host-bound
+    model's GPU finishes a step's last kernels just after they are queued) and the consumer
+    waited at most `max_wait` of the time for its batches; else off for good. ResNet-50 was
+    behind in 97-100% of its steps, waiting 0.3-0.9%, and fed 97.1 / 97.7% under "auto"
+    against 95.6 / 96.2% under "cuda"; ResNet-18 behind in 62.5%, waiting 11.7%: off. Once
+    on, it is off for good as soon as a window shows the consumer waiting more than
+    `give_up_wait` (the cores do not keep up) or behind in fewer than `still_behind` of its
+    steps. A loop that waits for each step's end (a loss printed
+    every step, CUDA graphs replayed with a sync) never runs behind, and keeps it off."""
+
+    def __init__(self, pixels: int = AUTO_CPU_LARGE, window: int = 32, behind: float = 0.9,
+                 max_wait: float = 0.05, give_up_wait: float = 0.08, still_behind: float = 0.5,
+                 lag_share: float = 0.25):
+        self.pixels, self.window, self.lag_share = pixels, window, lag_share
+        self.behind, self.max_wait = behind, max_wait
+        self.give_up_wait, self.still_behind = give_up_wait, still_behind
+        self.state = "watching"         # then "on" or "off"; "off" is for good
+        self._steps: list[tuple[float, float, bool]] = []  # (interval, wait, behind)
+        self.windows: list[tuple[float, float]] = []  # (share behind, share waited) of the
+                                                       # first windows, for whoever asks why
+
+    @property
+    def watching(self) -> bool:
+        return self.state != "off"
+
+    @property
+    def cpu_pixels(self) -> int:
+        return self.pixels if self.state == "on" else 0
+
+    def observe(self, interval: float, wait_s: float, lag: float | None) -> None:
+        """One steady step: `interval` seconds since the last batch, `wait_s` of them waiting
+        for this one; `lag`: seconds the GPU ran behind the host (None: not known for this
+        step, which then does not count)."""
+        if self.state == "off" or lag is None:
+            return
+        self._steps.append((interval, wait_s, lag >= self.lag_share * interval))
+        if len(self._steps) < self.window:
+            return
+        intervals, waits, behinds = zip(*self._steps)
+        self._steps = []
+        waited = sum(waits) / max(sum(intervals), 1e-9)
+        ran_behind = sum(behinds) / len(behinds)
+        if len(self.windows) < 16:
+            self.windows.append((round(ran_behind, 3), round(waited, 4)))
+        if self.state == "watching":
+            gpu_bound = ran_behind >= self.behind and waited <= self.max_wait
+            self.state = "on" if gpu_bound else "off"
+        elif waited > self.give_up_wait or ran_behind < self.still_behind:
+            self.state = "off"
 
 
 def check_share(cpu_share) -> None:

@@ -102,6 +102,34 @@ def test_cpu_large_decodes_the_large_images_on_the_cpu_and_packs_the_rest():
     assert packer.take_fallbacks() == {"cpu_large": 2}
 
 
+def test_the_threshold_stamped_on_a_batch_sends_its_large_images_to_the_cpu():
+    """decode="auto" on a GPU-bound model (share.LargeOnCpu): the parent stamps a pixel
+    threshold on each buffer; that batch's JPEGs of at least so many pixels are decoded here,
+    the next batch stamped 0 packs them all again. With Options.cpu_large too, the lower
+    threshold of the two counts."""
+    cpu = Decoder(Augment.make(16, True))
+    layout = batch_layout(3, cpu.out_shape, arena_bytes=1 << 20)
+    batch = views_of(bytearray(layout.nbytes), layout)
+    small, medium, large = photo(1, (64, 48)), photo(2, (200, 150)), photo(3, (320, 240))
+
+    def on_cpu(packer, stamped: int) -> list[int]:
+        batch.cpu_pixels[0] = stamped
+        packer.start(batch)
+        for slot, data in enumerate((small, medium, large)):
+            packer.fill(batch, slot, data, 20 + slot)
+        return [slot for slot in range(3) if batch.lengths[slot] == 0]
+
+    packer = JpegPacker(cpu)
+    assert on_cpu(packer, 320 * 240) == [2]
+    expected = np.empty(cpu.out_shape, np.uint8)
+    cpu(large, expected, 22)
+    assert np.array_equal(batch.images[2], expected)  # exactly as the CPU path
+    assert on_cpu(packer, 0) == []
+    assert packer.take_fallbacks() == {"cpu_large": 1}
+    both = JpegPacker(cpu, cpu_pixels=320 * 240)
+    assert on_cpu(both, 200 * 150) == [1, 2] and on_cpu(both, 0) == [2]
+
+
 def test_a_refused_image_clears_what_the_slot_held_in_the_last_batch():
     layout = batch_layout(2, (8, 8, 3), arena_bytes=3000)
     batch = views_of(bytearray(layout.nbytes), layout)
@@ -1002,6 +1030,49 @@ def test_auto_decode_does_not_try_cpu_decoding_that_cannot_win(tmp_path):
         assert trial.chosen == 0.0 and set(loader.stats.share_rates) == {0.0}
         assert 0 < loader.stats.cpu_bound < loader.stats.share_rates[0.0]
         assert "cpu_share" not in decoded and decoded["gpu_decoded"] == 3 * 256  # no CPU turn
+
+
+@cuda
+@pytest.mark.parametrize("gpu_bound", [True, False])
+def test_auto_decode_sends_large_jpegs_to_the_cpu_only_for_a_gpu_bound_consumer(tmp_path,
+                                                                               gpu_bound):
+    """Once decode="auto" kept GPU decoding, a consumer whose GPU runs behind its host (here
+    each step queues ~20 ms of GPU work and waits only for the one two steps back) gets the
+    large JPEGs decoded by the packers (share.LargeOnCpu; here every image counts as large);
+    one that waits for each step's end keeps them all on the GPU. Pixels and labels stay right
+    either way."""
+    path = write_archive(tmp_path / "a.tgz", labeled_files(4, 64))  # 32 batches of 8
+    with ImageLoader(path, batch_size=8, size=32, device="cuda", seed=5, workers=2,
+                     normalize=False) as loader:
+        trial = loader.cpu_share
+        next(iter(loader))
+        trial.window, trial.min_probes, trial.warmup = 8, 4, 0
+        trial.decoders, trial.batch_size = 1, 10 ** 4  # no CPU turn (as above)
+        trial.large.pixels, trial.large.window, trial.large.give_up_wait = 1, 4, 1.0
+        decoded, steps = Counter(), []
+        for _ in range(4):
+            epoch = []
+            for images, labels in loader:
+                torch.cuda._sleep(int(4e7))  # the model's step: ~20 ms on the GPU
+                steps.append(torch.cuda.Event())
+                steps[-1].record()
+                if not gpu_bound:
+                    torch.cuda.synchronize()  # e.g. a loss printed every step
+                elif len(steps) > 2:
+                    # A GPU-bound loop's host runs ahead, but only so far (CUDA's launch
+                    # queue holds ResNet-50's host within a step of its GPU): two steps here.
+                    steps[-3].synchronize()
+                epoch.append((images, labels))  # checked after the epoch: .cpu() would wait
+            for images, labels in epoch:
+                assert_labels_match_pixels(images.cpu(), labels.cpu(), tolerance=8)
+            decoded.update(loader.stats.fallbacks)
+        assert trial.chosen == 0.0
+        if gpu_bound:
+            assert trial.large.state == "on" and loader.stats.cpu_large == 1, trial.large.windows
+            assert decoded["cpu_large"] > 0
+        else:
+            assert trial.large.state == "off" and loader.stats.cpu_large == 0, trial.large.windows
+            assert "cpu_large" not in decoded and decoded["gpu_decoded"] == 4 * 256
 
 
 @cuda

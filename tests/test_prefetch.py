@@ -651,3 +651,26 @@ def test_a_step_stream_runs_the_block_on_a_stream_of_that_priority_in_order():
         raise ValueError("the block fails")
     assert torch.cuda.current_stream() == caller and side.priority == caller.priority
     assert z.sum().item() == 3 * x.numel()
+
+
+@cuda
+def test_step_lag_measures_how_far_the_gpu_runs_behind_its_host_without_waiting():
+    """StepLag (decode="auto"'s test for a GPU-bound model): a call made with ~100 ms of GPU
+    work still queued before its point shows, once reached, a lag of ~100 ms; calls made
+    with the GPU idle show ~0. It never waits for the GPU."""
+    from imageloader.prefetch import StepLag
+    lag, stream = StepLag(torch.device("cuda"), keep=2), torch.cuda.current_stream()
+    lag.lag(stream)                         # the first call makes its stream and events
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(2e8))             # ~100 ms queued before the next call's point
+    started = time.perf_counter()
+    assert lag.lag(stream) < 0.01           # the first call's point: reached at once
+    for _ in range(3):                      # the host runs on: two points wait, no more
+        assert lag.lag(stream) is None      # its own point not reached yet
+    assert time.perf_counter() - started < 0.05  # asked without waiting for the GPU
+    assert len(lag._marks) == 2
+    torch.cuda.synchronize()
+    assert lag.lag(stream) > 0.05           # the points behind the sleep came ~100 ms late
+    for _ in range(3):
+        torch.cuda.synchronize()
+        assert lag.lag(stream) < 0.01       # calls with nothing queued: kept up

@@ -5,7 +5,8 @@ import pytest
 
 from imageloader.batch import batch_layout, views_of
 from imageloader.pool import BufferPool
-from imageloader.share import TRIAL_WARMUP, FixedShare, TrialShare, share_control
+from imageloader.share import (AUTO_CPU_LARGE, TRIAL_WARMUP, FixedShare, LargeOnCpu,
+                               TrialShare, share_control)
 
 
 def test_each_buffer_carries_the_share_given_when_it_was_handed_out():
@@ -273,3 +274,93 @@ def test_the_loader_gives_the_trial_its_packers_and_batch_size():
     trial = share_control(None, trial=True, in_flight=22, decoders=16, batch_size=256)
     assert (trial.skip, trial.decoders, trial.batch_size) == (22, 16, 256)
     assert trial.warmup == TRIAL_WARMUP > trial.skip
+
+
+def steps(large: LargeOnCpu, n: int, *, wait: float = 0.0, behind: bool | None = True,
+          interval: float = 0.05) -> None:
+    """`n` steady steps of the consumer: `interval` s apart, `wait` of it waiting, its GPU
+    half a step behind its host or only a 20th (None: not known)."""
+    lag = None if behind is None else interval * (0.5 if behind else 0.05)
+    for _ in range(n):
+        large.observe(interval, wait * interval, lag)
+
+
+def test_large_jpegs_go_to_the_cpu_only_where_the_gpu_runs_behind_and_batches_are_ready():
+    gpu_bound = LargeOnCpu(pixels=1000, window=4)
+    steps(gpu_bound, 3)
+    assert gpu_bound.state == "watching" and gpu_bound.cpu_pixels == 0  # a window first
+    steps(gpu_bound, 1, wait=0.02)
+    assert gpu_bound.state == "on" and gpu_bound.cpu_pixels == 1000
+    waits = LargeOnCpu(pixels=1000, window=4)   # ResNet-18 on photos: waits for its batches
+    steps(waits, 4, wait=0.25)
+    assert waits.state == "off" and waits.cpu_pixels == 0 and not waits.watching
+    steps(waits, 8)                             # off is for good
+    assert waits.state == "off"
+    host_bound = LargeOnCpu(pixels=1000, window=10)  # the GPU catches up with the host
+    for lag in [0.02] * 8 + [0.001] * 2:       # 50 ms steps: 20 ms behind, then 1 ms
+        host_bound.observe(0.05, 0.0, lag)
+    assert host_bound.state == "off"
+    unknown = LargeOnCpu(window=4)             # a step the lag was not asked for
+    steps(unknown, 8, behind=None)
+    assert unknown.state == "watching"
+
+
+def test_large_jpegs_come_back_to_the_gpu_for_good_when_the_cores_fall_behind():
+    large = LargeOnCpu(pixels=1000, window=4, give_up_wait=0.08, still_behind=0.5)
+    steps(large, 4)
+    steps(large, 4, wait=0.05)                  # within what it allows
+    assert large.state == "on"
+    steps(large, 4, wait=0.1)                   # the packers no longer keep up
+    assert large.state == "off"
+    steps(large, 8)
+    assert large.state == "off" and large.cpu_pixels == 0
+    stops_lagging = LargeOnCpu(pixels=1000, window=4)
+    steps(stops_lagging, 4)
+    steps(stops_lagging, 4, behind=False)       # the host now waits on the GPU no more
+    assert stops_lagging.state == "off"
+
+
+def test_the_trial_watches_the_steps_once_it_kept_gpu_decoding_and_stamps_the_threshold():
+    clock = Clock()
+    trial = TrialShare(skip=2, window=5, clock=clock)
+    trial.large = LargeOnCpu(pixels=AUTO_CPU_LARGE, window=4)
+    assert not trial.watches_steps and trial.cpu_large == 0  # not while the trial runs
+    consume(trial, clock, [0.0] * 7, 0.01)
+    consume(trial, clock, [0.0] * 4, 0.01)
+    consume(trial, clock, [1.0] * 10, 0.05)
+    assert trial.chosen == 0.0 and trial.watches_steps
+    for _ in range(4):                          # steady steps of a GPU-bound model
+        clock.now += 0.05
+        trial.observe(0.0, 0.0, 0.03)
+    assert trial.cpu_large == AUTO_CPU_LARGE
+    pool = BufferPool(1, 4, (8, 8, 3), arena_bytes=1000)
+    buf = pool.lease()
+    trial.stamp(buf)
+    assert buf.arrays.cpu_pixels[0] == AUTO_CPU_LARGE and buf.arrays.cpu_share[0] == 0.0
+    FixedShare(0.0).stamp(buf)                  # a buffer handed on by a fixed share
+    assert buf.arrays.cpu_pixels[0] == 0
+
+
+def test_an_epochs_first_batches_are_not_steady_steps_for_the_large_jpegs():
+    clock = Clock()
+    trial = TrialShare(skip=3, window=5, clock=clock)
+    trial.chosen = 0.0                          # GPU decoding kept
+    trial.large = LargeOnCpu(window=2)
+    trial.start_epoch()
+    for _ in range(3):                          # the burst after the gap: not counted
+        clock.now += 0.001
+        trial.observe(0.0, 0.0, 0.0)
+    assert trial.large.state == "watching"
+    for _ in range(2):
+        clock.now += 0.05
+        trial.observe(0.0, 0.0, 0.03)
+    assert trial.large.state == "on"
+
+
+def test_a_cpu_trial_that_won_watches_no_steps():
+    clock = Clock()
+    trial = TrialShare(skip=2, window=5, clock=clock)
+    consume(trial, clock, [0.0] * 7, 0.05)
+    consume(trial, clock, [0.0] * 4, 0.05)
+    consume(trial, clock, [1.0] * 8, 0.01)
+    assert trial.chosen == 1.0 and not trial.watches_steps and trial.cpu_large == 0

@@ -444,8 +444,13 @@ def run_ours(trainer, archive, args, prefetch: int, model: str, decode: str = "c
         result["cpu_share"] = loader.stats.cpu_share  # decode="auto": the trial's choice
         result["share_rates"] = {str(k): v for k, v in loader.stats.share_rates.items()}
         result["cpu_bound"] = loader.stats.cpu_bound  # the CPU's most batches/s, or None
+        result["cpu_large"] = loader.stats.cpu_large  # "auto": large JPEGs to the CPU from
+        large = getattr(loader.cpu_share, "large", None)  # what decided it (share.LargeOnCpu)
+        result["cpu_large_windows"] = None if large is None else {
+            "state": large.state, "chosen": loader.cpu_share.chosen, "windows": large.windows}
         print(f"{'':32s} {result['decoder']}, cpu share {result['cpu_share']} "
-              f"{result['share_rates']}, cpu bound {result['cpu_bound']}", flush=True)
+              f"{result['share_rates']}, cpu bound {result['cpu_bound']}, "
+              f"cpu_large {result['cpu_large']} {result['cpu_large_windows']}", flush=True)
     return result
 
 
@@ -554,6 +559,7 @@ def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = N
         workers, readers, regions = loader.workers, loader.stats.readers, loader.stats.regions
         decoder, fallbacks = loader.decode_name, dict(loader.stats.fallbacks)
         trial = {"cpu_share": loader.stats.cpu_share, "cpu_bound": loader.stats.cpu_bound,
+                 "cpu_large": loader.stats.cpu_large,
                  "share_rates": {str(k): v for k, v in loader.stats.share_rates.items()}}
     name = f"ours loader alone, {decode} decode, {readers} reader(s)" + (
         f" in {regions} regions" if regions else ", one stream") + variant_label(
