@@ -15,8 +15,9 @@ largest JPEGs, which the packers decode at a reduced scale (LargeOnCpu). ResNet-
 gained 1.1-1.5 points from it where ResNet-18, host-bound, lost 3.6, so it is switched on by
 what the consumer's steps show, not by a rule about images.
 
-The parent decides; each batch buffer carries its share (batch.py's `cpu_share` field), written
-when the buffer is handed to a packer, so packers read no shared state while they work.
+The parent decides; each batch buffer carries its share and threshold (batch.py's `cpu_share`,
+`cpu_pixels`), written when the buffer is handed to a packer, so packers read no shared state
+while they work.
 """
 from __future__ import annotations
 
@@ -292,8 +293,10 @@ class LargeOnCpu:
     against 95.6 / 96.2% under "cuda"; ResNet-18 behind in 62.5%, waiting 11.7%: off. Once
     on, it is off for good as soon as a window shows the consumer waiting more than
     `give_up_wait` (the cores do not keep up) or behind in fewer than `still_behind` of its
-    steps. A loop that waits for each step's end (a loss printed
-    every step, CUDA graphs replayed with a sync) never runs behind, and keeps it off."""
+    steps. A loop that waits for each step's end before it asks for the next batch (a loss
+    read every step) shows no lag and keeps it off; one that waits for the step before
+    (train_resnet.py's graphed steps on 2 GPUs) runs a whole step behind, and is judged by
+    its waits alone (unmeasured there)."""
 
     def __init__(self, pixels: int = AUTO_CPU_LARGE, window: int = 32, behind: float = 0.9,
                  max_wait: float = 0.05, give_up_wait: float = 0.08, still_behind: float = 0.5,
