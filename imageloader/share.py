@@ -21,6 +21,7 @@ while they work.
 """
 from __future__ import annotations
 
+import logging
 import time
 
 # Batches of training the trial lets pass before it times anything (TrialShare's `warmup`):
@@ -33,6 +34,8 @@ TRIAL_WARMUP = 64
 # fed 97.9 / 98.0% of its data-on-GPU rate with 2 MP, 96.8 / 96.8% without (interleaved;
 # scripts/bench/README.md).
 AUTO_CPU_LARGE = 2_000_000
+
+log = logging.getLogger(__name__)
 
 
 class FixedShare:
@@ -229,6 +232,8 @@ class TrialShare(FixedShare):
         # share's hold the model's warm-up (seconds of cuDNN autotuning), which once dropped
         # GPU decoding for CPU decoding 1-24% slower (2 x H200, 2026-11-26).
         self.chosen = self.share = self._pick(whole, rates)
+        log.info("imageloader: decode='auto' keeps CPU share %g (batches/s by share: %s, "
+                 "CPU bound %s)", self.chosen, rates, self.cpu_bound)
 
     def _pick(self, whole: list[float], rates: dict) -> float:
         """The fastest share timed whole, unless the first is within `keep_first` of it."""
@@ -332,11 +337,17 @@ class LargeOnCpu:
         ran_behind = sum(behinds) / len(behinds)
         if len(self.windows) < 16:
             self.windows.append((round(ran_behind, 3), round(waited, 4)))
+        was = self.state
         if self.state == "watching":
             gpu_bound = ran_behind >= self.behind and waited <= self.max_wait
             self.state = "on" if gpu_bound else "off"
         elif waited > self.give_up_wait or ran_behind < self.still_behind:
             self.state = "off"
+        if self.state != was:
+            log.info("imageloader: JPEGs of >= %d pixels decoded by the %s from now on (the GPU "
+                     "behind in %.0f%% of %d steps, %.1f%% of the time waiting for batches)",
+                     self.pixels, "workers" if self.state == "on" else "GPU", 100 * ran_behind,
+                     len(behinds), 100 * waited)
 
 
 def check_share(cpu_share) -> None:

@@ -305,13 +305,17 @@ def test_large_jpegs_go_to_the_cpu_only_where_the_gpu_runs_behind_and_batches_ar
     assert unknown.state == "watching"
 
 
-def test_large_jpegs_come_back_to_the_gpu_for_good_when_the_cores_fall_behind():
+def test_large_jpegs_come_back_to_the_gpu_for_good_when_the_cores_fall_behind(caplog):
     large = LargeOnCpu(pixels=1000, window=4, give_up_wait=0.08, still_behind=0.5)
-    steps(large, 4)
-    steps(large, 4, wait=0.05)                  # within what it allows
-    assert large.state == "on"
-    steps(large, 4, wait=0.1)                   # the packers no longer keep up
-    assert large.state == "off"
+    with caplog.at_level("INFO", logger="imageloader.share"):
+        steps(large, 4)
+        steps(large, 4, wait=0.05)              # within what it allows
+        assert large.state == "on"
+        steps(large, 4, wait=0.1)               # the packers no longer keep up
+        assert large.state == "off"
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2 and "by the workers" in said[0] and "by the GPU" in said[1]
+    assert "10.0% of the time waiting" in said[1]  # what decided it, in the log
     steps(large, 8)
     assert large.state == "off" and large.cpu_pixels == 0
     stops_lagging = LargeOnCpu(pixels=1000, window=4)
