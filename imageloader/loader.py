@@ -103,7 +103,8 @@ class Options:
                                         # pixels are decoded by the packers on the CPU
                                         # (DCT-scaled), not by the GPU's JPEG engines.
                                         # None: none, or with decode="auto" those of 2 MP
-                                        # once the model is found GPU-bound (share.py)
+                                        # once the model is found GPU-bound (share.py);
+                                        # a number: that, whatever the model
     gpu_crop: str = "auto"              # decode="cuda", training crops: "triton" (one
                                         # kernel per batch, gpucrop.py), "roi_align"
                                         # (torchvision ops), "auto": triton where it runs
@@ -260,7 +261,8 @@ class ImageLoader:
             self._fill = JpegPacker(self.decoder, cpu_pixels=options.cpu_large)
             self.cpu_share = share_control(options.cpu_share, trial=trial,
                                            in_flight=self._buffer_count(),
-                                           decoders=self.workers, batch_size=batch_size)
+                                           decoders=self.workers, batch_size=batch_size,
+                                           large=options.cpu_large is None)
         else:
             self._gpu = None
             self.prefetcher = Prefetcher((), self.device, prefetch=prefetch,

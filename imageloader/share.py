@@ -138,7 +138,7 @@ class TrialShare(FixedShare):
                  early: int = 8, margin: float = 0.2, keep_first: float = 0.1,
                  clock=time.perf_counter, *, decoders: int = 0, batch_size: int = 0,
                  probes: int = 2, probe_images: int = 64, min_probes: int = 16,
-                 warmup: int = 0):
+                 warmup: int = 0, large: bool = True):
         super().__init__(shares[0])
         self.clock = clock
         self.shares, self.skip, self.window = tuple(shares), skip, window
@@ -158,6 +158,8 @@ class TrialShare(FixedShare):
         self._run: tuple = (None, 0)               # (share, its batches in a row this epoch)
         self._in_epoch = 0                         # batches of this epoch so far
         self.large = LargeOnCpu()                  # once GPU decoding is kept
+        if not large:  # Options.cpu_large was given: the user's threshold stands alone
+            self.large.state = "off"
 
     def start_epoch(self) -> None:
         self._last, self._run, self._in_epoch = None, (None, 0), 0
@@ -359,15 +361,16 @@ def check_share(cpu_share) -> None:
 
 
 def share_control(cpu_share, trial: bool = False, in_flight: int = 8, decoders: int = 0,
-                  batch_size: int = 0) -> FixedShare:
+                  batch_size: int = 0, large: bool = True) -> FixedShare:
     """The controller for Options.cpu_share; None: a trial of GPU against CPU decoding where
     the loader chose the decode itself (decode="auto"), else share 0. `in_flight`: the most
     batches the loader has on their way (its buffers), the trial's `skip`; `decoders` (the
     packer processes) and `batch_size` turn the packers' timed CPU decodes into the CPU's
     bound in batches a second (0: no probes). The trial times nothing in training's first
-    TRIAL_WARMUP batches."""
+    TRIAL_WARMUP batches. `large`: once GPU decoding is kept, may the trial send a GPU-bound
+    model's large JPEGs to the packers (LargeOnCpu)? Not where Options.cpu_large is set."""
     check_share(cpu_share)
     if cpu_share is None:
         return TrialShare(skip=in_flight, decoders=decoders, batch_size=batch_size,
-                          warmup=TRIAL_WARMUP) if trial else FixedShare(0.0)
+                          warmup=TRIAL_WARMUP, large=large) if trial else FixedShare(0.0)
     return FixedShare(cpu_share)

@@ -368,3 +368,13 @@ def test_a_cpu_trial_that_won_watches_no_steps():
     consume(trial, clock, [0.0] * 4, 0.05)
     consume(trial, clock, [1.0] * 8, 0.01)
     assert trial.chosen == 1.0 and not trial.watches_steps and trial.cpu_large == 0
+
+
+def test_a_threshold_the_user_gave_stands_alone():
+    """Options.cpu_large set: the trial never sends other JPEGs to the packers."""
+    assert share_control(None, trial=True).large.watching
+    trial = share_control(None, trial=True, large=False)
+    trial.chosen = 0.0                          # GPU decoding kept
+    assert not trial.watches_steps and trial.large.state == "off"
+    steps(trial.large, 64)                      # a GPU-bound model's steps
+    assert trial.cpu_large == 0
