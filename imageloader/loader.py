@@ -141,8 +141,8 @@ class LoaderStats:
     share_rates: dict = field(default_factory=dict)  # decode="auto": batches/s the consumer
                                         # took with each share in the trial (share.py)
     cpu_bound: float | None = None      # decode="auto": the most batches/s CPU decoding
-                                        # could feed, from the packers' timed decodes; 20%
-                                        # or more under the GPU's rate: the CPU is not tried
+                                        # could feed, from the packers' timed decodes; not
+                                        # 10% over the GPU's rate: the CPU is not tried
     cpu_large: int = 0                  # decode="auto": pixels from which the packers decode a
                                         # JPEG on the CPU, since the consumer was found
                                         # GPU-bound (share.LargeOnCpu); 0: none

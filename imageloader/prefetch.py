@@ -323,6 +323,7 @@ class StepLag:
     def __init__(self, device: torch.device, keep: int = 8):
         self.device, self.keep = device, keep
         self._marks: collections.deque = collections.deque()  # (marker, event), oldest first
+        self._spare: list = []  # pairs both reached and read: recorded again, not made anew
         self._idle = None
 
     def lag(self, stream) -> float | None:
@@ -332,14 +333,15 @@ class StepLag:
         lag = None
         # query(): cudaEventQuery, no host wait; the streams keep running.
         while self._marks and self._marks[0][1].query() and self._marks[0][0].query():
-            first, reached = self._marks.popleft()
+            first, reached = pair = self._marks.popleft()
             behind = max(first.elapsed_time(reached), 0.0) / 1e3  # both done: no wait either
             lag = behind if lag is None else max(lag, behind)
+            self._spare.append(pair)
         if len(self._marks) < self.keep:
             if self._idle is None:
                 self._idle = torch.cuda.Stream(self.device)  # nothing else runs on it
-            marker, event = (torch.cuda.Event(enable_timing=True),
-                             torch.cuda.Event(enable_timing=True))
+            marker, event = self._spare.pop() if self._spare else (
+                torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
             marker.record(self._idle)
             event.record(stream)
             self._marks.append((marker, event))

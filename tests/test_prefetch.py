@@ -671,6 +671,9 @@ def test_step_lag_measures_how_far_the_gpu_runs_behind_its_host_without_waiting(
     assert len(lag._marks) == 2
     torch.cuda.synchronize()
     assert lag.lag(stream) > 0.05           # the points behind the sleep came ~100 ms late
+    made = {id(event): event for pair in lag._marks for event in pair}  # held: ids stay theirs
     for _ in range(3):
         torch.cuda.synchronize()
         assert lag.lag(stream) < 0.01       # calls with nothing queued: kept up
+        made.update({id(event): event for pair in lag._marks for event in pair})
+    assert len(made) <= 2 * 3               # read pairs are recorded again, not made anew

@@ -1067,6 +1067,32 @@ def test_scaling_rates_each_fed_epoch_against_its_own_ceiling(monkeypatch, tmp_p
         "| b/train-fixed.jsonl | resnet18 | eager | 0 | 5,000 (50.0%) | 4,750 (50.0%) | +0.0 | 1.90x |"]
 
 
+def test_scaling_defaults_pair_each_model_whatever_its_steps(monkeypatch, tmp_path):
+    """STEPS_AS=default: eager on 1 GPU, the graph on 2 (train_resnet.py's defaults); each
+    rate against its own steps' ceiling, and the other model stays apart."""
+    scaling = load_script("scaling", monkeypatch)
+
+    def run(arch, rates, ranks, on_gpu, graph):
+        return [{"epoch": e, "arch": arch, "ranks": ranks, "data_on_gpu": on_gpu,
+                 "cuda_graph": graph, **({"graph_ahead": 0} if graph else {}),
+                 "steady_img_per_s": r} for e, r in enumerate(rates)]
+
+    lines = (run("resnet18", [10000], 1, True, False) + run("resnet18", [24000], 2, True, True)
+             + run("resnet18", [8000, 9000], 1, False, False)
+             + run("resnet18", [18000, 21600], 2, False, True)
+             + run("resnet50", [4000], 1, True, False) + run("resnet50", [8000], 2, True, True)
+             + run("resnet50", [3600], 1, False, False) + run("resnet50", [7600], 2, False, True))
+    path = tmp_path / "d" / "train-photos.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps(row) + "\n" for row in lines))
+    steps = "eager / graph ahead 0"
+    assert scaling.main(["--defaults", str(path)])[2:] == [
+        f"| d/train-photos.jsonl | resnet18 | {steps} | 0 | 8,000 (80.0%) | 9,000 (75.0%) | -5.0 | 2.25x |",
+        f"| d/train-photos.jsonl | resnet18 | {steps} | 1 | 9,000 (90.0%) | 10,800 (90.0%) | +0.0 | 2.40x |",
+        f"| d/train-photos.jsonl | resnet50 | {steps} | 0 | 3,600 (90.0%) | 3,800 (95.0%) | +5.0 | 2.11x |"]
+    assert scaling.main([str(path)])[2:] == []  # by steps, nothing pairs
+
+
 def test_scaling_trial_shows_each_fed_epoch_with_the_trial_so_far(monkeypatch, tmp_path):
     scaling = load_script("scaling", monkeypatch)
 

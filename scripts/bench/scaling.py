@@ -8,6 +8,9 @@ before it on the command line:
 
     python scripts/bench/scaling.py OUT/call3/train-fixed.jsonl OUT/call5/train-fixed.jsonl
 
+`--defaults`: runs with train_resnet.py's own step flags (`STEPS_AS=default`: eager on one GPU,
+--cuda-graph on two) pair by model, each against the ceiling of its own steps.
+
 `--trial`: instead, each fed run's epochs with what decode="auto"'s trial had done by their
 end (rank 0's loader stats): the share its batches got, the batches a second each share fed,
 the CPU's bound. An epoch in which the share went to 1 (or came back) paid the CPU's turn.
@@ -49,7 +52,9 @@ def ceiling(ceilings: dict, arch: str, steps: str, ranks: int) -> float:
     return found if found is not None else ceilings[(arch, steps.split(" ahead")[0], ranks)]
 
 
-def table(files: list[Path]) -> list[str]:
+def table(files: list[Path], by_model: bool = False) -> list[str]:
+    """One row per fed epoch on 1 GPU and on 2: runs of the same model and steps pair (by_model:
+    of the same model, whatever their steps)."""
     ceilings: dict[tuple, float] = {}  # (arch, steps, ranks) -> data-on-GPU img/s per GPU
     rows = ["| file | model | steps | epoch | 1 GPU img/s (%) | 2 GPUs per GPU (%) | points "
             "| speed-up |", "|---|---|---|---:|---:|---:|---:|---:|"]
@@ -61,14 +66,17 @@ def table(files: list[Path]) -> list[str]:
                 ceilings[(*key(first), first["ranks"])] = \
                     first["steady_img_per_s"] / first["ranks"]
             else:
-                fed.setdefault(key(first), {})[first["ranks"]] = run
-        for (arch, steps), by_ranks in fed.items():
+                pair = first["arch"] if by_model else key(first)
+                fed.setdefault(pair, {})[first["ranks"]] = run
+        for by_ranks in fed.values():
             if 1 not in by_ranks or 2 not in by_ranks:
                 continue
+            (arch, steps1), (_, steps2) = key(by_ranks[1][0]), key(by_ranks[2][0])
+            steps = steps1 if steps1 == steps2 else f"{steps1} / {steps2}"
             for one, two in zip(by_ranks[1], by_ranks[2]):
                 rate1, rate2 = one["steady_img_per_s"], two["steady_img_per_s"] / 2
-                pct1 = 100 * rate1 / ceiling(ceilings, arch, steps, 1)
-                pct2 = 100 * rate2 / ceiling(ceilings, arch, steps, 2)
+                pct1 = 100 * rate1 / ceiling(ceilings, arch, steps1, 1)
+                pct2 = 100 * rate2 / ceiling(ceilings, arch, steps2, 2)
                 rows.append(f"| {path.parent.name}/{path.name} | {arch} | {steps} | "
                             f"{one['epoch']} | {rate1:,.0f} ({pct1:.1f}%) | {rate2:,.0f} "
                             f"({pct2:.1f}%) | {pct2 - pct1:+.1f} | {2 * rate2 / rate1:.2f}x |")
@@ -101,8 +109,10 @@ def main(argv: list[str] | None = None) -> list[str]:
     p.add_argument("files", nargs="+", type=Path, help="train-KIND.jsonl of the ranks part")
     p.add_argument("--trial", action="store_true",
                    help="decode=\"auto\"'s trial by epoch instead of the scaling")
+    p.add_argument("--defaults", action="store_true",
+                   help="pair each model's 1-GPU and 2-GPU runs whatever their steps")
     args = p.parse_args(argv)
-    rows = (trial_table if args.trial else table)(args.files)
+    rows = trial_table(args.files) if args.trial else table(args.files, args.defaults)
     print("\n".join(rows))
     return rows
 
