@@ -157,9 +157,9 @@ class TrialShare(FixedShare):
         self._last: float | None = None            # when the last batch of this epoch came
         self._run: tuple = (None, 0)               # (share, its batches in a row this epoch)
         self._in_epoch = 0                         # batches of this epoch so far
-        self.large = LargeOnCpu()                  # once GPU decoding is kept
-        if not large:  # Options.cpu_large was given: the user's threshold stands alone
-            self.large.state = "off"
+        # Once GPU decoding is kept; not `large`: Options.cpu_large was given, and the user's
+        # threshold stands alone.
+        self.large = LargeOnCpu(enabled=large)
 
     def start_epoch(self) -> None:
         self._last, self._run, self._in_epoch = None, (None, 0), 0
@@ -309,11 +309,12 @@ class LargeOnCpu:
 
     def __init__(self, pixels: int = AUTO_CPU_LARGE, window: int = 32, behind: float = 0.9,
                  max_wait: float = 0.05, give_up_wait: float = 0.08, still_behind: float = 0.5,
-                 lag_share: float = 0.25):
+                 lag_share: float = 0.25, enabled: bool = True):
         self.pixels, self.window, self.lag_share = pixels, window, lag_share
         self.behind, self.max_wait = behind, max_wait
         self.give_up_wait, self.still_behind = give_up_wait, still_behind
-        self.state = "watching"         # then "on" or "off"; "off" is for good
+        # then "on" or "off"; "off" is for good (not enabled: from the start)
+        self.state = "watching" if enabled else "off"
         self._steps: list[tuple[float, float, bool]] = []  # (interval, wait, behind)
         self.windows: list[tuple[float, float]] = []  # (share behind, share waited) of the
                                                        # first windows, for whoever asks why

@@ -1,4 +1,5 @@
-""".ci/lower_bounds.py: pyproject.toml's lower bounds as the pins of CI's lowest-versions lane."""
+""".ci/lower_bounds.py: pyproject.toml's lower bounds as the pins of CI's lowest-versions lane;
+.ci/optional.py: what its lane without the extras uninstalls."""
 from __future__ import annotations
 
 import importlib.util
@@ -67,3 +68,15 @@ def test_constraints_and_extras_as_the_lane_reads_them(capsys):
     assert lower_bounds.main(["--extras"]) == 0
     extras = capsys.readouterr().out.strip().split(",")
     assert {"fast", "test"} <= set(extras)
+
+
+def test_the_lane_without_extras_removes_what_the_extras_add_and_nothing_torch_needs():
+    """.ci/optional.py: the names CI's second lane uninstalls, read from pyproject.toml."""
+    spec = importlib.util.spec_from_file_location("optional", ROOT / ".ci" / "optional.py")
+    optional = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(optional)
+    names = optional.optional()
+    assert {"rapidgzip", "isal", "nvidia-nvimgcodec-cu13", "nvidia-nvjpeg", "aiohttp", "s3fs",
+            "moto", "torchcodec"} <= set(names)
+    assert "fsspec" in optional.required_by({"torch"})  # torch's own requirement: it stays
+    assert not {"fsspec", "torch", "torchvision", "pillow", "numpy", "pytest"} & set(names)
