@@ -120,9 +120,9 @@ class TrialShare(FixedShare):
     A share that cannot win is not run at all: while the first share runs, its packers time a
     few images each through the CPU path (`stamp` asks, the packer answers in the buffer),
     which bounds what CPU decoding could feed (`cpu_bound`). Where that bound is not
-    `keep_first` faster than the first share fed, the CPU's turn would only cost: with the loader alone on
-    photos it held the first epoch to 5,510 img/s past its first batch against 13,394 steady
-    (results/2026-11-28-h200-sidestream).
+    `keep_first` faster than the first share fed, the CPU's turn would only cost: with the
+    loader alone on photos it held the first epoch to 5,510 img/s past its first batch
+    against 13,394 steady (results/2026-11-28-h200-sidestream).
 
     The first share (GPU decoding) is kept unless another fed the consumer more than
     `keep_first` faster. What the trial times leans towards CPU decoding: the GPU's window comes
@@ -305,7 +305,11 @@ class LargeOnCpu:
     steps. A loop that waits for each step's end before it asks for the next batch (a loss
     read every step) shows no lag and keeps it off; one that waits for the step before
     (train_resnet.py's graphed steps on 2 GPUs) runs a whole step behind, and is judged by
-    its waits alone (unmeasured there)."""
+    its waits alone. Under DDP each rank judges alone, and a rank whose partner is late sees
+    its GPU behind (the all-reduce waits there) without waiting itself: on 2 x H200 it came
+    on for ResNet-50 on photos (1.98x over one GPU) and for ResNet-18's rank 0 there, waiting
+    3% while rank 1 waited 36% (results/2026-11-29-h200x2-defaults). That rank then decodes
+    its large JPEGs on its own cores; if they do not keep up, its own waits turn it off."""
 
     def __init__(self, pixels: int = AUTO_CPU_LARGE, window: int = 32, behind: float = 0.9,
                  max_wait: float = 0.05, give_up_wait: float = 0.08, still_behind: float = 0.5,
