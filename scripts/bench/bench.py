@@ -82,7 +82,9 @@ def get_args_parser() -> argparse.ArgumentParser:
                         "decode holds prefetch + 2 + workers batches, a DataLoader workers x 2), "
                         "or the timed window is partly served from before the timer")
     p.add_argument("--max-seconds", type=float, default=45.0, help="cap on a timed region")
-    p.add_argument("--workers", type=int, default=None, help="decode workers (default: cores-1)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="decode workers of the decode=cpu rows (default: cores-1); "
+                        "GPU decoding's packers: --gpu-workers")
     p.add_argument("--readers", type=int, default=None,
                    help="Options.readers for ours (default: the loader's own count)")
     p.add_argument("--gpu-workers", type=int, default=None,
