@@ -266,7 +266,8 @@ class TrialShare(FixedShare):
         (The rule was "no faster than the first share", and ResNet-50 on 500x375 images, which
         waits for no batch under GPU decoding, took a CPU turn at a bound 1.8% over the GPU's
         rate: it fed 16.41 batches/s against the GPU's 18.42, and waits of ~100 ms in the
-        turn cost that epoch 5 points. Before, 20% more lenient: turns in 3 of 4 runs, all
+        turn took 11% of the next epoch's steady time (91.2% of the data-on-GPU rate, the
+        epochs before it 93-95%). Before, 20% more lenient: turns in 3 of 4 runs, all
         lost: 16.4 against 17.6, bound 17.0; 14.2 against 16.5, bound 15.9; one dropped early.
         The probes' CPU time per image varied by ~35% between runs on a 2-core VM only:
         results/2026-11-28-cpu-bound.)"""
