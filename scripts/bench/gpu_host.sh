@@ -77,7 +77,9 @@
 # 10 steps of each epoch. (The suite, `tests`, holds the second-GPU and distributed tests.)
 # A part of it: CHECKS=0 leaves the rank checks out, ARCHS="resnet50" FEEDS="loader" GPUS=1
 # narrow it, STEPS (default 60) sets the steps of each epoch;
-# STEPS_AS (default "eager graph") times each row with eager steps and with train_resnet.py
+# STEPS_AS (default "default": no step flag, what a user gets, eager on one GPU and the graph
+# on two; `scaling.py --defaults` pairs those runs; results/2026-11-29-h200x2-defaults) times
+# each row with those steps; "eager graph": with eager steps and with train_resnet.py
 # --cuda-graph (replays at most 0 steps ahead, the 2-GPU runs' default); graph:N with
 # --graph-ahead N (graph:-1: no bound);
 # STREAM=default|side|high sets train_resnet.py --train-stream (its default, auto: high on one
@@ -207,12 +209,14 @@ ranks() {  # one data kind per call: fixed (with the rank checks) or photos
     ${STREAM:+--train-stream $STREAM}"
   local one="env CUDA_VISIBLE_DEVICES=0 taskset -c 0-15 python3"
   local two="python3 -m torch.distributed.run --nproc-per-node=2"
-  for step in ${STEPS_AS:-eager graph}; do
+  for step in ${STEPS_AS:-default}; do
     local graph=""
     case $step in
+      default) ;;                        # train_resnet.py's own choice for each GPU count
       eager) graph="--no-cuda-graph" ;;  # the 2-GPU runs' default is the graph
       graph) graph="--cuda-graph" ;;     # at most 0 steps ahead, the default
       graph:*) graph="--cuda-graph --graph-ahead ${step#graph:}" ;;
+      *) echo "STEPS_AS: default, eager, graph or graph:N, not '$step'" >&2; return 2 ;;
     esac
     for arch in ${ARCHS:-resnet18 resnet50}; do
       for feed in ${FEEDS:-data-on-gpu loader}; do
