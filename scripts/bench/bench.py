@@ -443,10 +443,7 @@ def run_ours(trainer, archive, args, prefetch: int, model: str, decode: str = "c
         result["workers"] = loader.workers
         result["inflate"] = loader.stats.inflate
         result["decoder"] = loader.decode_name
-        result["cpu_share"] = loader.stats.cpu_share  # decode="auto": the trial's choice
-        result["share_rates"] = {str(k): v for k, v in loader.stats.share_rates.items()}
-        result["cpu_bound"] = loader.stats.cpu_bound  # the CPU's most batches/s, or None
-        result["cpu_large"] = loader.stats.cpu_large  # "auto": large JPEGs to the CPU from
+        result.update(trial_stats(loader))
         large = getattr(loader.cpu_share, "large", None)  # what decided it (share.LargeOnCpu)
         result["cpu_large_windows"] = None if large is None else {
             "state": large.state, "chosen": loader.cpu_share.chosen, "windows": large.windows}
@@ -454,6 +451,16 @@ def run_ours(trainer, archive, args, prefetch: int, model: str, decode: str = "c
               f"{result['share_rates']}, cpu bound {result['cpu_bound']}, "
               f"cpu_large {result['cpu_large']} {result['cpu_large_windows']}", flush=True)
     return result
+
+
+def trial_stats(loader) -> dict:
+    """What decode="auto"'s trial did: the share it kept, the batches a second each share fed
+    (keys as strings, for JSON), the CPU's bound (most batches/s, or None) and the pixels from
+    which large JPEGs went to the CPU (0: none)."""
+    stats = loader.stats
+    return {"cpu_share": stats.cpu_share,
+            "share_rates": {str(k): v for k, v in stats.share_rates.items()},
+            "cpu_bound": stats.cpu_bound, "cpu_large": stats.cpu_large}
 
 
 def trace_steps(trainer, loader, path: str, steps: int = 6) -> None:
@@ -560,9 +567,7 @@ def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = N
         memory = {k: round(v - before.get(k, 0), 2) for k, v in memory_in_use().items()}
         workers, readers, regions = loader.workers, loader.stats.readers, loader.stats.regions
         decoder, fallbacks = loader.decode_name, dict(loader.stats.fallbacks)
-        trial = {"cpu_share": loader.stats.cpu_share, "cpu_bound": loader.stats.cpu_bound,
-                 "cpu_large": loader.stats.cpu_large,
-                 "share_rates": {str(k): v for k, v in loader.stats.share_rates.items()}}
+        trial = trial_stats(loader)
     name = f"ours loader alone, {decode} decode, {readers} reader(s)" + (
         f" in {regions} regions" if regions else ", one stream") + variant_label(
         decode, lanes, large, args.cpu_share)
