@@ -205,7 +205,7 @@ class TrialShare(FixedShare):
         self._in_epoch += 1
         if self.chosen is not None:
             # An epoch's first batches come in a burst after a gap: no steady steps.
-            if self.chosen == self.shares[0] and last is not None and self._in_epoch > self.skip:
+            if self.watches_steps and last is not None and self._in_epoch > self.skip:
                 self.large.observe(now - last, wait_s, lag)
             return
         if share not in self.timed:
