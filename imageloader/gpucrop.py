@@ -102,12 +102,13 @@ def image_geometry(image) -> tuple[int, int, int, int, int, int]:
 
 
 def _image_table(images, boxes, slots, out_h, out_w) -> tuple[np.ndarray, np.ndarray]:
-    """Per image: int64 (pointer, height, width, slot, grid_h, grid_w, flip, channel stride,
-    row stride, column stride, and two places for the offsets of its row and column weights)
-    and float32 (left, top, bin_h, bin_w). Sampling grids as roi_align computes them, in
-    float32."""
+    """`images` as crop_resize_flip takes them. Per image: int64 (pointer, height, width, slot,
+    grid_h, grid_w, flip, channel stride, row stride, column stride, and two places for the
+    offsets of its row and column weights) and float32 (left, top, bin_h, bin_w). Sampling
+    grids as roi_align computes them, in float32."""
     ints = np.empty((len(images), TABLE_COLUMNS), np.int64)
-    geometry = np.array([image_geometry(image) for image in images], np.int64).reshape(-1, 6)
+    geometry = images if isinstance(images, np.ndarray) else \
+        np.array([image_geometry(image) for image in images], np.int64).reshape(-1, 6)
     ints[:, 0:3] = geometry[:, 0:3]
     ints[:, 7:10] = geometry[:, 3:6]
     ints[:, 3] = slots

@@ -25,6 +25,7 @@ from . import gpucrop
 from .batch import FALLBACK
 from .decode import Decoder, center_crop_geometry
 from .gpujpeg import JpegDecoder
+from .nvbatch import DecodedBatch
 from .errors import SampleError
 from .prefetch import small_to_device
 
@@ -124,13 +125,26 @@ class GpuDecode:
         return slots
 
     def _decode_packed(self, arrays, out, n) -> list[int]:
-        slots = np.flatnonzero(arrays.lengths[:n] > 0).tolist()
-        if not slots:
+        slots = np.flatnonzero(arrays.lengths[:n] > 0)
+        if not slots.size:
             return []
-        arena = arrays.arena
-        datas = [arena[int(arrays.offsets[s]):int(arrays.offsets[s] + arrays.lengths[s])]
-                 for s in slots]
-        images = self._decode_all(datas, slots, arrays)
+        batch = self._decode_in_one_call(arrays, slots)
+        if batch is not None and batch.done.all() and self.augment.train \
+                and self._crop_by_address(batch.geometry,
+                                          self._boxes_in_regions(arrays.boxes, slots, batch),
+                                          slots, out):
+            self.counts[FALLBACK + "gpu_decoded"] += len(slots)
+            return slots.tolist()
+        return self._decode_one_by_one(arrays, slots.tolist(), out, batch)
+
+    def _decode_one_by_one(self, arrays, slots: list[int], out, batch) -> list[int]:
+        """Image by image: a JPEG to decode again (refused, or a header that did not parse),
+        evaluation's resize, roi_align's crops, or a decoder without the one-call batch
+        (`batch` None: it decodes a list of arrays here)."""
+        datas = [self._jpeg_bytes(arrays, s) for s in slots]
+        images = batch.images() if batch is not None else self._decode_list(datas, arrays, slots)
+        images = [image if image is not None else self._decode_one(data, int(arrays.seeds[s]))
+                  for image, data, s in zip(images, datas, slots)]
         boxes = self._boxes_in_images(arrays.boxes, slots, images)
         kept, to_crop = [], []
         for slot, image in zip(slots, images):
@@ -147,19 +161,50 @@ class GpuDecode:
         self.counts[FALLBACK + "gpu_decoded"] += len(kept) - sum(isinstance(i, np.ndarray) for i in images)
         return kept
 
-    def _decode_all(self, datas, slots, arrays) -> list:
-        # Crop boxes for decoders that decode large images as their crop's region only
-        # (nvbatch's experiment, off by default): training crops, not evaluation's resize.
-        regions = {"boxes": arrays.boxes[slots, :4]} \
-            if self.augment.train and getattr(self.jpeg, "regions_from", None) else {}
+    def _decode_in_one_call(self, arrays, slots: np.ndarray):
+        """The packed JPEGs of `slots` as one nvbatch.DecodedBatch, read in place from the
+        page-locked arena (no array per JPEG), or None where the lane's decoder has no such
+        call (it then decodes a list of arrays)."""
+        decode_at = getattr(self.jpeg, "decode_at", None)
+        if decode_at is None:
+            return None
+        arena = arrays.arena
+        starts = (arena.__array_interface__["data"][0] + arrays.offsets[slots]).astype(np.uint64)
         try:
-            images = self.jpeg.decode(datas, **regions)
+            return decode_at(starts, arrays.lengths[slots].astype(np.int64),
+                             **self._regions_wanted(arrays, slots))
         except RuntimeError as error:  # the batch call fails as a whole: find the culprits
             log.info("batched GPU decode failed (%s); decoding one by one", error)
-            images = [None] * len(datas)
-        # An image the decoder could not take (None): alone once more, then Pillow.
-        return [image if image is not None else self._decode_one(data, int(arrays.seeds[s]))
-                for image, data, s in zip(images, datas, slots)]
+            return DecodedBatch.nothing(len(slots), self.cpu.channels)
+
+    @staticmethod
+    def _jpeg_bytes(arrays, slot: int) -> np.ndarray:
+        start = int(arrays.offsets[slot])
+        return arrays.arena[start:start + int(arrays.lengths[slot])]
+
+    def _regions_wanted(self, arrays, slots) -> dict:
+        """The crop boxes for decoders that decode large images as their crop's region only
+        (nvbatch's experiment, off by default): training crops, not evaluation's resize."""
+        return {"boxes": arrays.boxes[slots, :4]} \
+            if self.augment.train and getattr(self.jpeg, "regions_from", None) else {}
+
+    @staticmethod
+    def _boxes_in_regions(boxes: np.ndarray, slots: np.ndarray, batch) -> np.ndarray:
+        """`_boxes_in_images` for a DecodedBatch: the boxes of regions moved by their origins."""
+        origins = batch.origins
+        if not origins.any():
+            return boxes
+        boxes = boxes.copy()
+        boxes[slots[:, None], [0, 2]] -= origins[:, 1:2]  # left
+        boxes[slots[:, None], [1, 3]] -= origins[:, 0:1]  # top
+        return boxes
+
+    def _decode_list(self, datas, arrays, slots) -> list:
+        try:
+            return self.jpeg.decode(datas, **self._regions_wanted(arrays, slots))
+        except RuntimeError as error:  # the batch call fails as a whole: find the culprits
+            log.info("batched GPU decode failed (%s); decoding one by one", error)
+            return [None] * len(datas)
 
     @staticmethod
     def _boxes_in_images(boxes: np.ndarray, slots: list[int], images: list) -> np.ndarray:
@@ -196,26 +241,35 @@ class GpuDecode:
         (public for scripts/bench/bench_gpu_crop.py, which times it alone)."""
         if not pairs:
             return
-        if self.crop == "triton":  # one kernel for the whole batch, from the uint8 images
-            slots = [slot for slot, _ in pairs]
-            try:  # by address and strides: nvImageCodec's images need no tensor
-                gpucrop.crop_resize_flip([image for _, image in pairs], boxes[slots], slots, out)
-                return
-            except Exception as error:
-                # Triton compiles on first use and needs a C compiler for its launcher: where
-                # that fails, "auto" falls back to roi_align (the batch is redone, nothing was
-                # written); an explicit gpu_crop="triton" raises.
-                if not self._crop_chosen_by_us:
-                    raise
-                log.warning("imageloader: the Triton crop kernel failed (%s); cropping with "
-                            "roi_align from now on", error)
-                self.crop = "roi_align"
+        slots = [slot for slot, _ in pairs]
+        if self._crop_by_address([image for _, image in pairs], boxes, slots, out):
+            return
         by_size = defaultdict(list)
         for slot, image in pairs:
             image = self._tensor(image)
             by_size[tuple(image.shape)].append((slot, image))
         for group in by_size.values():
             self._random_resized_crops(group, boxes, out)
+
+    def _crop_by_address(self, images, boxes, slots, out) -> bool:
+        """gpucrop's one kernel for the whole batch, from the uint8 images (a list, or their
+        geometry rows: it reads them by address and strides, nvImageCodec's need no tensor);
+        False where the crops are roi_align's (nothing was written)."""
+        if self.crop != "triton":
+            return False
+        try:
+            gpucrop.crop_resize_flip(images, boxes[slots], slots, out)
+            return True
+        except Exception as error:
+            # Triton compiles on first use and needs a C compiler for its launcher: where
+            # that fails, "auto" falls back to roi_align (the batch is redone, nothing was
+            # written); an explicit gpu_crop="triton" raises.
+            if not self._crop_chosen_by_us:
+                raise
+            log.warning("imageloader: the Triton crop kernel failed (%s); cropping with "
+                        "roi_align from now on", error)
+            self.crop = "roi_align"
+            return False
 
     def _random_resized_crops(self, group, boxes, out) -> None:
         """Crop, resize and flip same-sized images with a handful of kernels, not per image.

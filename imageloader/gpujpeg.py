@@ -258,6 +258,16 @@ class NvImageCodecJpeg:
             self._decode_refused(streams, out)
         return out
 
+    def decode_at(self, starts: np.ndarray, lengths: np.ndarray,
+                  boxes: np.ndarray | None = None):
+        """The JPEGs at host addresses `starts` of `lengths` bytes, decoded into the kept
+        buffer as one `nvbatch.DecodedBatch` (arrays, no object per image), or None where
+        there is no one-call decode (the Python API: `decode`). Nothing is retried here: what
+        the engines refused is not `done`, for the caller to decode again."""
+        if self.batch is None:
+            return None
+        return self.batch.decode_at(starts, lengths, boxes=boxes)
+
     def _decode_refused(self, streams: list, out: list) -> None:
         """What the hardware engines refused (a layout they lack), once more with every
         backend through the Python API; new images, not kept ones: this is rare."""

@@ -200,6 +200,47 @@ class Decoded:
         return self._interface()
 
 
+class DecodedBatch:
+    """The images of one `BatchDecoder.decode_at` call, as arrays: per JPEG its `geometry`
+    (gpucrop.image_geometry's row: address, height, width, channel, row and column strides),
+    whether it was decoded (`done`; not: its header did not parse, or the backend refused
+    it) and its region's `origin` (top, left; (0, 0) for a whole image), all in the one
+    device `buffer` that this object holds."""
+
+    __slots__ = ("buffer", "channels", "geometry", "done", "origins")
+
+    def __init__(self, buffer: torch.Tensor | None, channels: int, geometry: np.ndarray,
+                 done: np.ndarray, origins: np.ndarray):
+        self.buffer, self.channels = buffer, channels
+        self.geometry, self.done, self.origins = geometry, done, origins
+
+    @classmethod
+    def nothing(cls, count: int, channels: int) -> DecodedBatch:
+        """A batch of `count` JPEGs of which none was decoded (its call failed as a whole)."""
+        return cls(None, channels, np.zeros((count, 6), np.int64), np.zeros(count, bool),
+                   np.zeros((count, 2), np.int64))
+
+    def images(self) -> list:
+        """Per JPEG a `Decoded` viewing the buffer, or None: what `BatchDecoder.decode` gives."""
+        return [Decoded(tuple(row), self.channels, self.buffer, tuple(origin)) if ok else None
+                for row, ok, origin in zip(self.geometry.tolist(), self.done.tolist(),
+                                           self.origins.tolist())]
+
+
+def _addresses(datas: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The host addresses (uint64) and lengths (int64) of JPEGs held as arrays."""
+    n = len(datas)
+    return (np.fromiter((d.__array_interface__["data"][0] for d in datas), np.uint64, n),
+            np.fromiter((d.nbytes for d in datas), np.int64, n))
+
+
+def _geometry(addresses: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """(n, 6) int64 geometry rows of planar images of `sizes` (height, width) at `addresses`."""
+    plane = sizes[:, 0] * sizes[:, 1]
+    return np.stack([addresses.astype(np.int64), sizes[:, 0], sizes[:, 1], plane, sizes[:, 1],
+                     np.ones_like(plane)], axis=1)
+
+
 def _check(result: int, mismatch: str) -> None:
     """bd_decode's or bd_decode_yuv's status as an exception; `mismatch` says what did not fit
     where the call answered SIZES_MISMATCH (ours, not the data's: loud, not a batch to redo)."""
@@ -240,10 +281,20 @@ class BatchDecoder:
         queued on the stream have yet to read (a JPEG retried alone in the middle of a batch).
         `boxes`: each JPEG's crop box (left, top, right, bottom), whose region is decoded
         alone where the image has at least `regions_from` pixels (see `Decoded.origin`)."""
-        n = len(datas)
-        if not n:
+        if not datas:
             return []
-        whole = self._parse(datas)
+        return self.decode_at(*_addresses(datas), fresh, boxes).images()
+
+    def decode_at(self, starts: np.ndarray, lengths: np.ndarray, fresh: bool = False,
+                  boxes: np.ndarray | None = None) -> DecodedBatch:
+        """`decode` of the JPEGs at host addresses `starts` (uint64) of `lengths` bytes (int64),
+        as one `DecodedBatch`: no Python object per image, so a lane's thread holds the GIL
+        for a few numpy calls per batch, not a few per JPEG (under ResNet-18 the lanes' Python
+        around this call held the training process's GIL 10.7% of the time, most of it per
+        JPEG: results/2026-11-28-h200-handover). The caller keeps the JPEGs' memory alive
+        for the call."""
+        n = len(starts)
+        whole = self._parse(starts, lengths)
         regions = self._regions(whole, boxes)
         sizes = np.where(regions[:, 2:3] > 0, regions[:, 2:] - regions[:, :2], whole)
         buffer, _, addresses = self._place(self.channels * sizes[:, 0] * sizes[:, 1], fresh)
@@ -251,7 +302,8 @@ class BatchDecoder:
                                     regions.astype(np.int32), addresses,
                                     ctypes.c_void_p(stream_handle(self.device)), self.status)
         _check(result, "the sizes handed to bd_decode do not fit the JPEGs bd_parse read")
-        return self._images(buffer, addresses, sizes, self.status[:n].astype(bool), regions)
+        return DecodedBatch(buffer, self.channels, _geometry(addresses, sizes),
+                            self.status[:n].astype(bool), regions[:, :2].copy())
 
     def decode_yuv(self, datas: list[np.ndarray]) -> list:
         """Whole JPEGs into their own planar YCbCr, with no colour conversion and chroma at its
@@ -264,7 +316,7 @@ class BatchDecoder:
         n = len(datas)
         if not n:
             return []
-        whole = self._parse(datas)
+        whole = self._parse(*_addresses(datas))
         layout = np.zeros((n, 2), np.int32)
         self.lib.bd_layout(self.handle, n, layout)
         factors = np.array([CHROMA_FACTORS.get(int(s), (0, 0)) for s in layout[:, 0]], np.int64)
@@ -297,14 +349,13 @@ class BatchDecoder:
         buffer = self._new_buffer(total) if fresh else self._buffer(total)
         return buffer, offsets, (buffer.data_ptr() + offsets).astype(np.uint64)
 
-    def _parse(self, datas: list[np.ndarray]) -> np.ndarray:
+    def _parse(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """bd_parse: the JPEGs' (height, width), int64, 0 where a header did not parse."""
-        n = len(datas)
+        n = len(starts)
         if n > self.capacity:
             self._reserve(n)
-        starts = np.fromiter((d.__array_interface__["data"][0] for d in datas), np.uint64, n)
-        lengths = np.fromiter((d.nbytes for d in datas), np.int64, n)
-        self.lib.bd_parse(self.handle, starts, lengths, n, self.sizes)
+        self.lib.bd_parse(self.handle, np.ascontiguousarray(starts, np.uint64),
+                          np.ascontiguousarray(lengths, np.int64), n, self.sizes)
         return self.sizes[:n].astype(np.int64)
 
     def _regions(self, whole: np.ndarray, boxes: np.ndarray | None) -> np.ndarray:
@@ -335,14 +386,6 @@ class BatchDecoder:
         self.capacity = capacity
         self.sizes = np.zeros((capacity, 2), np.int32)
         self.status = np.zeros(capacity, np.int32)
-
-    def _images(self, buffer, addresses, sizes, done, regions) -> list:
-        plane = sizes[:, 0] * sizes[:, 1]
-        table = np.stack([addresses.astype(np.int64), sizes[:, 0], sizes[:, 1],
-                          plane, sizes[:, 1], np.ones_like(plane)], axis=1).tolist()
-        origins = [(top, left) for top, left in regions[:, :2].tolist()]
-        return [Decoded(tuple(row), self.channels, buffer, origin) if ok else None
-                for row, ok, origin in zip(table, done, origins)]
 
     def _buffer(self, nbytes: int) -> torch.Tensor:
         """The output buffer, grown when a batch needs more. The old one is freed to torch's

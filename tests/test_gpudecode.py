@@ -1095,9 +1095,20 @@ def test_drop_last_batches_stay_full_when_an_image_fails_both_decoders(tmp_path,
             return [None if len(d) == len(cut) else next(decoded) for d in datas]
         return decode_all_but_the_cut_one
 
+    def refusing_in_one_call(decode_at):  # the lanes' way where nvbatch builds
+        def all_but_the_cut_one(starts, lengths, **kw):
+            batch = decode_at(starts, lengths, **kw)
+            if batch is not None:
+                batch.done &= lengths != len(cut)
+            return batch
+        return all_but_the_cut_one
+
     with cuda_loader(path, "cuda", drop_last=True, train=False, workers=workers) as loader:
         for lane in loader._gpu:
             monkeypatch.setattr(lane.jpeg, "decode", refusing(lane.jpeg.decode))
+            if hasattr(lane.jpeg, "decode_at"):
+                monkeypatch.setattr(lane.jpeg, "decode_at",
+                                    refusing_in_one_call(lane.jpeg.decode_at))
         for _ in range(2):
             with pytest.warns(UserWarning, match="skipped 1 member"):
                 batches = [(x.cpu(), y.cpu()) for x, y in loader]

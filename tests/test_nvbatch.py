@@ -5,6 +5,7 @@ tests/test_gpudecode.py runs both ways on CUDA, through the whole GPU stage and 
 """
 from __future__ import annotations
 
+import ctypes
 import io
 import logging
 import shutil
@@ -281,16 +282,24 @@ def test_a_jpeg_retried_alone_leaves_the_batchs_other_images_alone(one_call, tra
     buf, cpu = packed_batch(files, Augment.make(64, train))
     decoder = NvImageCodecJpeg(CPU, "RGB", one_call=one_call)
     expected = GpuDecode(cpu, None, CPU, [decoder])(Packed(buf))[0].clone()
-    real = decoder.decode
+    real, real_at, batches = decoder.decode, decoder.decode_at, []
 
     def third_fails_in_the_batch(datas, fresh=False, **kwargs):
         out = real(datas, fresh=fresh, **kwargs)
         return [None if len(datas) > 1 and k == 2 else image for k, image in enumerate(out)]
-    decoder.decode = third_fails_in_the_batch
+
+    def third_fails_in_one_call(starts, lengths, **kwargs):  # GpuDecode's way with one_call
+        batch = real_at(starts, lengths, **kwargs)
+        if batch is not None:
+            batch.done[2] = False
+            batches.append(batch)
+        return batch
+    decoder.decode, decoder.decode_at = third_fails_in_the_batch, third_fails_in_one_call
     stage = GpuDecode(cpu, None, CPU, [decoder])
     images = stage(Packed(buf))[0]
     assert torch.equal(images, expected)
     assert stage.take_counts()["fallback:gpu_decoded"] == len(files)
+    assert len(batches) == one_call  # the batch went through the one call where there is one
 
 
 def region_decoder(monkeypatch, pixels: int) -> NvImageCodecJpeg:
@@ -337,17 +346,84 @@ def test_training_crops_from_regions_equal_those_from_whole_images(monkeypatch, 
         if split:
             decoder = SplitJpeg(decoder, region_decoder(monkeypatch, 200 * 200), share=0.4)
         seen = []
-        real = decoder.decode
+        real, real_at = decoder.decode, getattr(decoder, "decode_at", None)
 
         def spy(datas, fresh=False, **kwargs):
             out = real(datas, fresh, **kwargs)
             seen.extend(getattr(image, "origin", (0, 0)) for image in out)
             return out
+
+        def spy_at(starts, lengths, **kwargs):  # GpuDecode's way with one decoder
+            batch = real_at(starts, lengths, **kwargs)
+            seen.extend(map(tuple, batch.origins.tolist()))
+            return batch
         decoder.decode = spy
+        if real_at is not None:
+            decoder.decode_at = spy_at
         images = GpuDecode(cpu, None, CPU, [decoder])(Packed(buf))[0]
         assert (images.int() - expected.int()).abs().max() <= 1
         if not split:  # (a split lane's helper decodes through its own decode)
             assert any(origin != (0, 0) for origin in seen) == train
+
+
+def host_image(row: list[int], channels: int) -> torch.Tensor:
+    """A copy of the planar uint8 image that a geometry row (image_geometry's) points at in host
+    memory: what gpucrop's kernel reads on the GPU."""
+    address, height, width, *strides = row
+    extent = sum((n - 1) * stride for n, stride in zip((channels, height, width), strides)) + 1
+    memory = np.ctypeslib.as_array((ctypes.c_uint8 * extent).from_address(address))
+    view = np.lib.stride_tricks.as_strided(memory, (channels, height, width), strides)
+    return torch.from_numpy(view.copy())
+
+
+def crops_by_address(cpu, calls: list):
+    """gpucrop.crop_resize_flip for the CPU, as the kernel takes its images (a list, or their
+    geometry rows): each read back from its address, then roi_align's crops (GpuDecode's
+    other way), which the kernel matches on the GPU (test_gpudecode)."""
+    def crop(images, boxes, slots, out):
+        calls.append(images)
+        rows = images if isinstance(images, np.ndarray) else [image_geometry(i) for i in images]
+        reference = GpuDecode(cpu, None, CPU, [NvImageCodecJpeg(CPU, "RGB")], crop="roi_align")
+        every = np.zeros((len(out), 5), np.float32)
+        every[slots] = boxes
+        reference.train_crops([(slot, host_image(row, out.shape[3]))
+                               for slot, row in zip(slots, np.asarray(rows).tolist())],
+                              every, out)
+    return crop
+
+
+@pytest.mark.parametrize("regions", [None, 200 * 200])
+def test_a_training_batch_is_cropped_from_the_one_calls_table(monkeypatch, regions):
+    """With gpucrop's kernel (a GPU host), a training batch that one call decoded whole is
+    cropped from the call's geometry table (no object per image): the same crops as image by
+    image, regions' boxes moved to their origins. A JPEG the call did not decode sends the
+    batch image by image (that JPEG alone once more), with the same pixels."""
+    from imageloader import gpucrop
+    sizes = [(400, 300), (120, 90), (300, 400), (90, 160), (640, 480)]
+    files = [photo(seed, size) for seed, size in enumerate(sizes)]
+    buf, cpu = packed_batch(files, Augment.make(64, True))
+    expected = GpuDecode(cpu, None, CPU, [NvImageCodecJpeg(CPU, "RGB", one_call=True)])(
+        Packed(buf))[0]
+    calls = []
+    monkeypatch.setattr(gpucrop, "crop_resize_flip", crops_by_address(cpu, calls))
+    for fail in (False, True):
+        decoder = region_decoder(monkeypatch, regions) if regions \
+            else NvImageCodecJpeg(CPU, "RGB", one_call=True)
+        if fail:
+            real_at = decoder.decode_at
+            decoder.decode_at = lambda *args, **kwargs: _not_done(real_at(*args, **kwargs), 3)
+        stage = GpuDecode(cpu, None, CPU, [decoder])
+        stage.crop = "triton"  # as "auto" on a GPU host
+        calls.clear()
+        images = stage(Packed(buf))[0]
+        assert (images.int() - expected.int()).abs().max() <= (1 if regions else 0)
+        assert len(calls) == 1 and isinstance(calls[0], np.ndarray) != fail
+        assert stage.take_counts()["fallback:gpu_decoded"] == len(files)
+
+
+def _not_done(batch, row: int):
+    batch.done[row] = False
+    return batch
 
 
 def test_a_bad_regions_setting_is_a_clear_error(monkeypatch):

@@ -44,8 +44,8 @@ WRAPPED = [
     ("imageloader.workers", "WorkerPool._begin"),
     ("imageloader.workers", "WorkerPool._handle"),
     ("imageloader.prefetch", "Prefetcher._transform"),
-    ("imageloader.gpudecode", "GpuDecode._decode_all"),
-    ("imageloader.gpudecode", "GpuDecode.train_crops"),
+    ("imageloader.gpudecode", "GpuDecode._decode_in_one_call"),
+    ("imageloader.gpudecode", "GpuDecode._crop_by_address"),
     ("imageloader.epoch", "EpochIterator.__next__"),
 ]
 
