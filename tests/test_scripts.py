@@ -646,6 +646,27 @@ def test_bench_batch_call_times_both_ways_on_the_same_pixels(monkeypatch, tmp_pa
     assert json.loads(out.read_text())["same_pixels"] is True
 
 
+@pytest.mark.skipif(not any(map(__import__("shutil").which, ("cc", "gcc"))),
+                    reason="needs a C compiler")
+def test_bench_lane_python_times_both_ways_to_the_same_crop_table(monkeypatch, tmp_path):
+    """bench_lane_python drives GpuDecode both ways (a list of JPEGs, one DecodedBatch) on the
+    same packed batch: the same crop table, the one call's straight from its geometry rows;
+    the crop kernel is itself again afterwards."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    from imageloader import gpucrop
+    kernel = gpucrop.crop_resize_flip
+    bench = load_script("bench_lane_python", monkeypatch)
+    result = bench.main(script_args(bench, "--images", 64, "--batches", 20,
+                                    "--out", tmp_path / "lane.json"))
+    assert result["same_crop_tables"] is True
+    assert [row["row"] for row in result["rows"]] == ["image by image", "one call"]
+    by_list, by_table = result["rows"]
+    assert by_table["crops_from_table"] and not by_list["crops_from_table"]
+    assert by_list["python_ms"] > 0 and by_table["python_ms"] > 0 and by_table["c_ms"] > 0
+    assert gpucrop.crop_resize_flip is kernel
+    assert json.loads((tmp_path / "lane.json").read_text())["images"] == 64
+
+
 def test_bench_refuses_to_build_an_archive_whose_name_says_the_other_kind(monkeypatch, tmp_path):
     bench = load_script("bench", monkeypatch)
     with pytest.raises(SystemExit, match="--sizes photos"):
