@@ -7,6 +7,12 @@ images the GPU decoders cannot take were decoded by the workers on the CPU and a
 
     arena bytes --batched decoder (gpujpeg.py)--> full images --crop, resize, flip--> batch
 
+With nvImageCodec's one C call (nvbatch.py) a training batch goes through as arrays: the JPEGs'
+addresses in the arena in, one DecodedBatch's geometry rows out and into the crop kernel, no
+Python object per image (the lanes' Python held the training process's GIL ~2.5x as long
+before, scripts/bench/results/2026-11-29-h200-onecall); images go one by one only where a JPEG
+is decoded again, for evaluation's resize and for roi_align.
+
 The geometry is the CPU path's, drawn from the same per-sample seed: RandomResizedCrop box and
 flip for training, torchvision's Resize + CenterCrop integers for evaluation. Decoded full-size
 images are transient: only the (N, C, H, W) batch outlives a call, so GPU memory stays flat.
