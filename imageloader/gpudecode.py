@@ -148,7 +148,10 @@ class GpuDecode:
         evaluation's resize, roi_align's crops, or a decoder without the one-call batch
         (`batch` None: it decodes a list of arrays here)."""
         datas = [self._jpeg_bytes(arrays, s) for s in slots]
-        images = batch.images() if batch is not None else self._decode_list(datas, arrays, slots)
+        if batch is None:
+            images = self._decode_list(datas, arrays, slots)
+        else:
+            images = self._decode_again_together(batch.images(), datas)
         images = [image if image is not None else self._decode_one(data, int(arrays.seeds[s]))
                   for image, data, s in zip(images, datas, slots)]
         boxes = self._boxes_in_images(arrays.boxes, slots, images)
@@ -164,7 +167,8 @@ class GpuDecode:
             else:
                 out[slot].copy_(self._center_crop(self._tensor(image)))
         self.train_crops(to_crop, boxes, out)
-        self.counts[FALLBACK + "gpu_decoded"] += len(kept) - sum(isinstance(i, np.ndarray) for i in images)
+        by_pillow = sum(isinstance(image, np.ndarray) for image in images)
+        self.counts[FALLBACK + "gpu_decoded"] += len(kept) - by_pillow
         return kept
 
     def _decode_in_one_call(self, arrays, slots: np.ndarray):
@@ -204,6 +208,23 @@ class GpuDecode:
         boxes[slots[:, None], [0, 2]] -= origins[:, 1:2]  # left
         boxes[slots[:, None], [1, 3]] -= origins[:, 0:1]  # top
         return boxes
+
+    def _decode_again_together(self, images: list, datas: list) -> list:
+        """The JPEGs the one call left undecoded (None), once more in one call of their own,
+        into new memory (the kept buffer holds the batch's other images): the lane's decoder
+        sends what the hardware engines refuse to its other backends there, all at once, as
+        its `decode` does for a list. A single one goes straight to `_decode_one`."""
+        again = [k for k, image in enumerate(images) if image is None]
+        if len(again) < 2:
+            return images
+        try:
+            redone = self.jpeg.decode([datas[k] for k in again], fresh=True)
+        except RuntimeError as error:  # each alone next (_decode_one)
+            log.info("decoding %d JPEGs again failed (%s); one by one", len(again), error)
+            return images
+        for k, image in zip(again, redone):
+            images[k] = image
+        return images
 
     def _decode_list(self, datas, arrays, slots) -> list:
         try:

@@ -421,6 +421,30 @@ def test_a_training_batch_is_cropped_from_the_one_calls_table(monkeypatch, regio
         assert stage.take_counts()["fallback:gpu_decoded"] == len(files)
 
 
+def test_jpegs_the_one_call_left_undecoded_are_decoded_again_together():
+    """Several JPEGs of a batch that the one call did not decode (the engines refusing a
+    layout, say) are decoded once more in one call of their own, into new memory, before any
+    goes alone (where the engines' refusals go to the other backends at once): the pixels of a
+    batch where nothing failed, every JPEG counted as decoded on the GPU."""
+    sizes = [(300, 200), (120, 90), (160, 100), (90, 160), (200, 150)]
+    files = [photo(seed, size) for seed, size in enumerate(sizes)]
+    buf, cpu = packed_batch(files, Augment.make(64, True))
+    decoder = NvImageCodecJpeg(CPU, "RGB", one_call=True)
+    expected = GpuDecode(cpu, None, CPU, [decoder])(Packed(buf))[0].clone()
+    real_at, real, calls = decoder.decode_at, decoder.decode, []
+
+    def counted(datas, fresh=False, **kwargs):
+        calls.append((len(datas), fresh))
+        return real(datas, fresh, **kwargs)
+    decoder.decode_at = lambda *args, **kwargs: _not_done(_not_done(real_at(*args, **kwargs), 1), 3)
+    decoder.decode = counted
+    stage = GpuDecode(cpu, None, CPU, [decoder])
+    images = stage(Packed(buf))[0]
+    assert torch.equal(images, expected)
+    assert calls == [(2, True)]  # together, fresh; none alone after
+    assert stage.take_counts()["fallback:gpu_decoded"] == len(files)
+
+
 def _not_done(batch, row: int):
     batch.done[row] = False
     return batch

@@ -124,7 +124,8 @@ def main(args) -> dict:
         gpucrop.crop_resize_flip = kernel
     (ints, floats), (their_ints, their_floats) = (row.pop("table") for row in rows)
     # (the address differs; the last two columns are filled by crop_resize_flip after the table)
-    same = np.array_equal(ints[:, 1:10], their_ints[:, 1:10]) and np.array_equal(floats, their_floats)
+    same = np.array_equal(ints[:, 1:10], their_ints[:, 1:10]) \
+        and np.array_equal(floats, their_floats)
     result = {"images": args.images, "batches": args.batches, "same_crop_tables": same,
               "rows": rows}
     print(f"same crop tables: {result['same_crop_tables']}", flush=True)
