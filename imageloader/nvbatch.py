@@ -216,7 +216,8 @@ class DecodedBatch:
 
     @classmethod
     def nothing(cls, count: int, channels: int) -> DecodedBatch:
-        """A batch of `count` JPEGs of which none was decoded (its call failed as a whole)."""
+        """A batch of `count` JPEGs of which none was decoded (its call failed as a whole, or
+        there were none)."""
         return cls(None, channels, np.zeros((count, 6), np.int64), np.zeros(count, bool),
                    np.zeros((count, 2), np.int64))
 
@@ -298,6 +299,8 @@ class BatchDecoder:
         JPEG: results/2026-11-28-h200-handover). The caller keeps the JPEGs' memory alive
         for the call."""
         n = len(starts)
+        if not n:
+            return DecodedBatch.nothing(0, self.channels)
         whole = self._parse(starts, lengths)
         regions = self._regions(whole, boxes)
         sizes = np.where(regions[:, 2:3] > 0, regions[:, 2:] - regions[:, :2], whole)

@@ -99,6 +99,8 @@ def test_a_batch_larger_than_any_before_gets_more_handles_and_one_buffer():
         for data, image in zip(files, images):
             assert np.abs(pixels(image).astype(int) - pillow_chw(data)).max() <= 1
     assert decoder.batch.capacity == 10
+    empty = decoder.decode_at(np.zeros(0, np.uint64), np.zeros(0, np.int64))
+    assert empty.geometry.shape == (0, 6) and empty.images() == [] and decoder.decode([]) == []
 
 
 def test_views_of_an_earlier_batch_survive_the_buffer_growing():
