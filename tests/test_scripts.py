@@ -675,6 +675,8 @@ def test_bench_refuses_to_build_an_archive_whose_name_says_the_other_kind(monkey
         bench.check_sizes_match_name(tmp_path / "fixed-16000.tgz", "photos")
     bench.check_sizes_match_name(tmp_path / "photos-16000.tgz", "photos")
     bench.check_sizes_match_name(tmp_path / "imagenet-like.tgz", "fixed")
+    with pytest.raises(SystemExit, match=r"named \*\.tgz"):  # a kind, not a path
+        bench.check_sizes_match_name(tmp_path / "fixed", "fixed")
 
 
 def test_bench_cpu_share_reaches_the_gpu_rows_options_and_labels(monkeypatch, tmp_path):

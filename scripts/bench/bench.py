@@ -171,7 +171,11 @@ def ensure_archive(args) -> tuple[str, list[str]]:
 def check_sizes_match_name(archive: Path, sizes: str) -> None:
     """An archive to build whose name says the other kind is a mistyped folder, not a wish:
     2026-11-27, `photos-16000.tgz` under an empty folder was built as 500x375 images (--sizes
-    fixed, the default) and two calls timed the wrong data."""
+    fixed, the default) and two calls timed the wrong data. Nor is a name without .tgz: on
+    2026-11-29 `--archive fixed` (meant: the host's fixed-16000.tgz) built a file `fixed`."""
+    if not archive.name.endswith(".tgz"):
+        raise SystemExit(f"{archive} is missing, and the archives bench.py builds are named "
+                         f"*.tgz: check the path (e.g. bench-data/{archive.name}-16000.tgz)")
     other = {"fixed": "photos", "photos": "fixed"}[sizes]
     if other in archive.name and sizes not in archive.name:
         raise SystemExit(f"{archive} is missing, and building it with --sizes {sizes} would "
