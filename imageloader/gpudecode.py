@@ -135,10 +135,10 @@ class GpuDecode:
         if not slots.size:
             return []
         batch = self._decode_in_one_call(arrays, slots)
-        if batch is not None and batch.done.all() and self.augment.train \
-                and self._crop_by_address(batch.geometry,
-                                          self._boxes_in_regions(arrays.boxes, slots, batch),
-                                          slots, out):
+        if batch is not None and batch.done.all() and self.augment.train and \
+                self._crop_by_address(
+                    batch.geometry, self._boxes_in_regions(arrays.boxes, slots, batch.origins),
+                    slots, out):
             self.counts[FALLBACK + "gpu_decoded"] += len(slots)
             return slots.tolist()
         return self._decode_one_by_one(arrays, slots.tolist(), out, batch)
@@ -198,17 +198,6 @@ class GpuDecode:
         return {"boxes": arrays.boxes[slots, :4]} \
             if self.augment.train and getattr(self.jpeg, "regions_from", None) else {}
 
-    @staticmethod
-    def _boxes_in_regions(boxes: np.ndarray, slots: np.ndarray, batch) -> np.ndarray:
-        """`_boxes_in_images` for a DecodedBatch: the boxes of regions moved by their origins."""
-        origins = batch.origins
-        if not origins.any():
-            return boxes
-        boxes = boxes.copy()
-        boxes[slots[:, None], [0, 2]] -= origins[:, 1:2]  # left
-        boxes[slots[:, None], [1, 3]] -= origins[:, 0:1]  # top
-        return boxes
-
     def _decode_again_together(self, images: list, datas: list) -> list:
         """The JPEGs the one call left undecoded (None), once more in one call of their own,
         into new memory (the kept buffer holds the batch's other images): the lane's decoder
@@ -235,16 +224,25 @@ class GpuDecode:
 
     @staticmethod
     def _boxes_in_images(boxes: np.ndarray, slots: list[int], images: list) -> np.ndarray:
-        """The crop boxes relative to what was decoded: a region decoded alone starts at its
-        `origin` (top, left) in the whole image; other images at (0, 0)."""
+        """`_boxes_in_regions` for a list of images (a region's image has an `origin`)."""
         moved = [(slot, image.origin) for slot, image in zip(slots, images)
                  if getattr(image, "origin", (0, 0)) != (0, 0)]
         if not moved:
             return boxes
+        return GpuDecode._boxes_in_regions(boxes, np.array([slot for slot, _ in moved]),
+                                           np.array([origin for _, origin in moved]))
+
+    @staticmethod
+    def _boxes_in_regions(boxes: np.ndarray, slots: np.ndarray,
+                          origins: np.ndarray) -> np.ndarray:
+        """The crop boxes relative to what was decoded: a region decoded alone starts at its
+        origin (top, left) in the whole image (origins[i] for slots[i]); other images at
+        (0, 0)."""
+        if not origins.any():
+            return boxes
         boxes = boxes.copy()
-        for slot, (top, left) in moved:
-            boxes[slot, [0, 2]] -= left
-            boxes[slot, [1, 3]] -= top
+        boxes[slots[:, None], [0, 2]] -= origins[:, 1:2]  # left
+        boxes[slots[:, None], [1, 3]] -= origins[:, 0:1]  # top
         return boxes
 
     def _decode_one(self, data: np.ndarray, seed: int):
