@@ -273,6 +273,15 @@ def test_the_environment_switch_keeps_the_python_api(monkeypatch):
     assert NvImageCodecJpeg(CPU, "RGB").batch is not None
 
 
+def photos_and_their_batch(sizes, train: bool, decoder=None):
+    """A packed batch of photos of `sizes` (the packers' crops for `train`), and the images
+    GpuDecode makes of it with `decoder` (one C call by default) where nothing fails."""
+    buf, cpu = packed_batch([photo(seed, size) for seed, size in enumerate(sizes)],
+                            Augment.make(64, train))
+    decoder = decoder or NvImageCodecJpeg(CPU, "RGB", one_call=True)
+    return buf, cpu, GpuDecode(cpu, None, CPU, [decoder])(Packed(buf))[0].clone()
+
+
 @pytest.mark.parametrize("one_call", [True, False])
 @pytest.mark.parametrize("train", [True, False])
 def test_a_jpeg_retried_alone_leaves_the_batchs_other_images_alone(one_call, train):
@@ -280,10 +289,8 @@ def test_a_jpeg_retried_alone_leaves_the_batchs_other_images_alone(one_call, tra
     before the batch's crops run: into new memory, not over the kept buffer (or images) that
     still hold the batch's other images. Both ways, cropped (train) and resized (eval)."""
     sizes = [(300, 200), (120, 90), (160, 100), (90, 160)]  # the retried one fits in slot 0
-    files = [photo(seed, size) for seed, size in enumerate(sizes)]
-    buf, cpu = packed_batch(files, Augment.make(64, train))
     decoder = NvImageCodecJpeg(CPU, "RGB", one_call=one_call)
-    expected = GpuDecode(cpu, None, CPU, [decoder])(Packed(buf))[0].clone()
+    buf, cpu, expected = photos_and_their_batch(sizes, train, decoder)
     real, real_at, batches = decoder.decode, decoder.decode_at, []
 
     def third_fails_in_the_batch(datas, fresh=False, **kwargs):
@@ -300,7 +307,7 @@ def test_a_jpeg_retried_alone_leaves_the_batchs_other_images_alone(one_call, tra
     stage = GpuDecode(cpu, None, CPU, [decoder])
     images = stage(Packed(buf))[0]
     assert torch.equal(images, expected)
-    assert stage.take_counts()["fallback:gpu_decoded"] == len(files)
+    assert stage.take_counts()["fallback:gpu_decoded"] == len(sizes)
     assert len(batches) == one_call  # the batch went through the one call where there is one
 
 
@@ -339,11 +346,8 @@ def test_training_crops_from_regions_equal_those_from_whole_images(monkeypatch, 
     to each region's origin), one decoder or a split lane; evaluation decodes whole images."""
     from imageloader.gpujpeg import SplitJpeg
     sizes = [(400, 300), (120, 90), (300, 400), (90, 160), (640, 480)]
-    files = [photo(seed, size) for seed, size in enumerate(sizes)]
     for train in (True, False):
-        buf, cpu = packed_batch(files, Augment.make(64, train))
-        plain = GpuDecode(cpu, None, CPU, [NvImageCodecJpeg(CPU, "RGB", one_call=True)])
-        expected = plain(Packed(buf))[0]
+        buf, cpu, expected = photos_and_their_batch(sizes, train)
         decoder = region_decoder(monkeypatch, 200 * 200)
         if split:
             decoder = SplitJpeg(decoder, region_decoder(monkeypatch, 200 * 200), share=0.4)
@@ -402,10 +406,7 @@ def test_a_training_batch_is_cropped_from_the_one_calls_table(monkeypatch, regio
     batch image by image (that JPEG alone once more), with the same pixels."""
     from imageloader import gpucrop
     sizes = [(400, 300), (120, 90), (300, 400), (90, 160), (640, 480)]
-    files = [photo(seed, size) for seed, size in enumerate(sizes)]
-    buf, cpu = packed_batch(files, Augment.make(64, True))
-    expected = GpuDecode(cpu, None, CPU, [NvImageCodecJpeg(CPU, "RGB", one_call=True)])(
-        Packed(buf))[0]
+    buf, cpu, expected = photos_and_their_batch(sizes, True)
     calls = []
     monkeypatch.setattr(gpucrop, "crop_resize_flip", crops_by_address(cpu, calls))
     for fail in (False, True):
@@ -420,7 +421,7 @@ def test_a_training_batch_is_cropped_from_the_one_calls_table(monkeypatch, regio
         images = stage(Packed(buf))[0]
         assert (images.int() - expected.int()).abs().max() <= (1 if regions else 0)
         assert len(calls) == 1 and isinstance(calls[0], np.ndarray) != fail
-        assert stage.take_counts()["fallback:gpu_decoded"] == len(files)
+        assert stage.take_counts()["fallback:gpu_decoded"] == len(sizes)
 
 
 def test_jpegs_the_one_call_left_undecoded_are_decoded_again_together():
@@ -429,10 +430,8 @@ def test_jpegs_the_one_call_left_undecoded_are_decoded_again_together():
     goes alone (where the engines' refusals go to the other backends at once): the pixels of a
     batch where nothing failed, every JPEG counted as decoded on the GPU."""
     sizes = [(300, 200), (120, 90), (160, 100), (90, 160), (200, 150)]
-    files = [photo(seed, size) for seed, size in enumerate(sizes)]
-    buf, cpu = packed_batch(files, Augment.make(64, True))
     decoder = NvImageCodecJpeg(CPU, "RGB", one_call=True)
-    expected = GpuDecode(cpu, None, CPU, [decoder])(Packed(buf))[0].clone()
+    buf, cpu, expected = photos_and_their_batch(sizes, True, decoder)
     real_at, real, calls = decoder.decode_at, decoder.decode, []
 
     def counted(datas, fresh=False, **kwargs):
@@ -444,7 +443,7 @@ def test_jpegs_the_one_call_left_undecoded_are_decoded_again_together():
     images = stage(Packed(buf))[0]
     assert torch.equal(images, expected)
     assert calls == [(2, True)]  # together, fresh; none alone after
-    assert stage.take_counts()["fallback:gpu_decoded"] == len(files)
+    assert stage.take_counts()["fallback:gpu_decoded"] == len(sizes)
 
 
 def _not_done(batch, row: int):
