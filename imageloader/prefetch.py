@@ -15,7 +15,8 @@ A fixed pool would silently overwrite a batch the user still holds.
 Streams are per thread in PyTorch, so we never set the consumer's current stream: side-stream
 work is issued inside `with torch.cuda.stream(side)` blocks, which restore it on exit. Only
 `step_stream`, which the user enters around the steps, makes a stream current: one of higher
-priority than ours, so that the GPU starts the model's waiting kernels first. The side
+priority than nvJPEG's, so that the GPU starts the model's waiting kernels before its
+conversions (ours, small, go before both). The side
 stream is created once per Prefetcher (not per epoch: timm's per-epoch stream grew reserved
 memory, their issue #2781).
 
@@ -45,10 +46,16 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 Release = Callable[[Any], None]  # called with the event after which host memory may be reused
 # The side streams' CUDA priority when a Prefetcher is not given one, and of a split lane's
-# helper (gpujpeg.SplitJpeg): 0, the default. Kept a module setting, not an option, for the
-# probes (bench.py --stream-priority): -1 added under one point to ResNet-18 when it was an
-# option (2026-11-23-h200-probe-queues) and nothing on photos (2026-11-26-gpu1-mends-lanes).
-SIDE_STREAM_PRIORITY = 0
+# helper (gpujpeg.SplitJpeg). None: the most urgent torch allows on the device (-3 on an H200).
+# Why: a lane decodes its next batch only after its crops and copies, which are small; most
+# urgent, the block scheduler starts them between the model's blocks, even when the steps run
+# at -1 (step_stream): ResNet-18 on photos +1.6% in six interleaved pairs, all up; ResNet-50 on
+# photos and ResNet-18 on 500x375 within 0.6% (results/2026-11-29-h200-lanespriority; with
+# the steps at 0, -1 against 0 gained under a point, 2026-11-23-h200-probe-queues, and nothing
+# on photos, 2026-11-26-gpu1-mends-lanes). nvJPEG's own streams (its colour conversion) keep
+# the default priority, 0. A module setting, not an option, for the probes (bench.py
+# --stream-priority).
+SIDE_STREAM_PRIORITY: int | None = None
 _END = object()
 
 
@@ -85,13 +92,22 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return device
 
 
+def side_stream_priority() -> int:
+    """The CUDA priority of the loader's own streams: SIDE_STREAM_PRIORITY, or where that is
+    None the most urgent one torch allows on this device (lower is more urgent)."""
+    if SIDE_STREAM_PRIORITY is not None:
+        return SIDE_STREAM_PRIORITY
+    return torch.cuda.Stream.priority_range()[1]
+
+
 @contextlib.contextmanager
 def step_stream(priority: int = -1, device: str | torch.device | None = None):
     """Run the block (the training steps) on a new CUDA stream of `priority` (lower is more
-    urgent). The loader's streams, and nvJPEG's, run at the default priority, CUDA's least
-    urgent, so with the steps at -1 the GPU starts a waiting kernel of the model's before one of
-    the loader's: +0.3 to +4.9% img/s for ResNet-18/-50 fed by GPU decoding on one H200, and as
-    much for DALI (scripts/bench/results/2026-11-29-h200-priority). Batches handed out inside
+    urgent). nvJPEG's streams run at the default priority, CUDA's least urgent, so with the
+    steps at -1 the GPU starts a waiting kernel of the model's before one of nvJPEG's (the
+    loader's own crops and copies, small, are more urgent still: side_stream_priority): +0.3 to
+    +4.9% img/s for ResNet-18/-50 fed by GPU decoding on one H200, and as much for DALI
+    (scripts/bench/results/2026-11-29-h200-priority). Batches handed out inside
     follow it: the hand-over waits on the consumer's current stream. Yields the stream; without
     CUDA, or for a CPU device, changes nothing and yields None.
 
@@ -389,9 +405,10 @@ class Prefetcher:
         # None: wait as long as it takes. A stuck native call must not hang the training loop.
         self.stall_timeout = stall_timeout
         # CUDA stream priority of the side stream (lower is more urgent; torch clamps to the
-        # device's range). A high priority lets the block scheduler start our few small
-        # kernels between a training kernel's blocks instead of after the whole kernel.
-        self.priority = SIDE_STREAM_PRIORITY if priority is None else priority
+        # device's range; None: side_stream_priority(), asked when the stream is made). A high
+        # priority lets the block scheduler start our few small kernels between a training
+        # kernel's blocks instead of after the whole kernel.
+        self.priority = priority
         # threaded: batches finished by the lanes and not yet handed out (see Backlog).
         self.backlog = backlog if backlog is not None else Backlog()
         self._sides: dict[int, torch.cuda.Stream] = {}
@@ -423,7 +440,8 @@ class Prefetcher:
         """The side stream of the calling thread's lane (lane 0 outside submit threads)."""
         lane = getattr(self._lane, "index", 0)
         if lane not in self._sides:  # once per lane, not per epoch (timm's #2781)
-            self._sides[lane] = torch.cuda.Stream(device=self.device, priority=self.priority)
+            priority = side_stream_priority() if self.priority is None else self.priority
+            self._sides[lane] = torch.cuda.Stream(device=self.device, priority=priority)
         return self._sides[lane]
 
     def run(self, pairs: Iterable[tuple[Any, Release | None]]) -> Iterator[Any]:

@@ -643,10 +643,10 @@ def training_stream(choice: str, device: torch.device):
     """The stream the steps, evaluation and checkpoints run on: "default" leaves the current
     one (CUDA's legacy default stream); "side" and "high" make a new stream current
     (imageloader.step_stream, ordered after the current one, where the weights were copied
-    in), of the default priority or of -1. "high", auto's choice on one GPU: the loader's
+    in), of the default priority or of -1. "high", auto's choice on one GPU: nvJPEG's
     kernels run at the default priority, so the GPU starts a waiting kernel of the model's
-    first (bench.py --step-priority -1 against the caller's stream, ResNet-18 and -50 on photos
-    and 500x375, interleaved: +0.3 to +4.9% img/s in all eight pairs,
+    before them (bench.py --step-priority -1 against the caller's stream, ResNet-18 and -50 on
+    photos and 500x375, interleaved: +0.3 to +4.9% img/s in all eight pairs,
     results/2026-11-29-h200-priority). Why "side" was tried: a launch on the legacy stream
     must order itself after every blocking stream of the context (nvJPEG's hardware path works
     on 14 streams of its own), and fed ResNet-18's launches waited for milliseconds on a lock

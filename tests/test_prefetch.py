@@ -312,9 +312,13 @@ print("ON_GPU0" if os.getpid() in pids else "CLEAN")
 
 
 @cuda
-def test_priority_sets_the_side_streams_priority():
+def test_priority_sets_the_side_streams_priority(monkeypatch):
+    import imageloader.prefetch
     least, greatest = torch.cuda.Stream.priority_range()
+    assert greatest < least
     assert Prefetcher([], "cuda", priority=-1).side_stream.priority == max(-1, greatest)
+    assert Prefetcher([], "cuda").side_stream.priority == greatest  # by default the most urgent
+    monkeypatch.setattr(imageloader.prefetch, "SIDE_STREAM_PRIORITY", 0)  # bench --stream-priority
     assert Prefetcher([], "cuda").side_stream.priority == least
 
 

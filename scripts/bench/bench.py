@@ -72,7 +72,7 @@ def get_args_parser() -> argparse.ArgumentParser:
                         "batch's median bytes (gpujpeg.LARGE_JPEG_FACTOR; default: its own)")
     p.add_argument("--stream-priority", type=int, default=None,
                    help="CUDA priority of the decode lanes' and the helper's streams (lower is "
-                        "more urgent; default: the loader's, 0)")
+                        "more urgent; default: the loader's, the most urgent the device allows)")
     add_step_priority(p)
     p.add_argument("--models", default="resnet50", help="comma-separated torchvision models")
     p.add_argument("--batch-size", type=int, default=256)
@@ -259,7 +259,7 @@ def add_step_priority(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step-priority", type=int, default=None,
                    help="CUDA priority of a stream the training rows step on (lower is more urgent; "
                         "default: the caller's stream): the GPU then starts the model's "
-                        "kernels before the loader's, which run at the default priority")
+                        "kernels before nvJPEG's, which run at the default priority")
 
 
 def step_stream(priority: int | None):

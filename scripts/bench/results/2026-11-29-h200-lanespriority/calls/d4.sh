@@ -1,0 +1,3 @@
+# call 4 (one H200, warm after call 3): two more interleaved pairs of ResNet-18 on photos, the
+# lanes' streams at 0 against -3 (steps at -1), the archive call 3 made.
+o=$OUT/call4; mkdir -p $o; start=$(date +%s); export PYTHONPATH="$PWD/.cache/site:$PWD" PYTHONUNBUFFERED=1 BENCH_DATA=.cache/bench-data; p=$BENCH_DATA/photos-16000.tgz; row() { timeout $(( 400 - ($(date +%s) - start) )) python3 scripts/bench/bench.py --archive $p --shards 0 --models resnet18 --recipes ours --decode cuda --warmup 300 --steps 3000 --max-seconds 6 --step-priority -1 --stream-priority $1 --out $o/r18-lanes$1-$2.json 2>&1 | grep -a "^    ours" | cut -c 1-200 | sed "s/^/lanes $1 $2: /"; }; row 0 5; row -3 5; row -3 6; row 0 6; echo wall $(( $(date +%s) - start )) s
