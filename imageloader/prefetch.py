@@ -52,9 +52,11 @@ Release = Callable[[Any], None]  # called with the event after which host memory
 # at -1 (step_stream): ResNet-18 on photos +1.6% in six interleaved pairs, all up; ResNet-50 on
 # photos and ResNet-18 on 500x375 within 0.6% (results/2026-11-29-h200-lanespriority; with
 # the steps at 0, -1 against 0 gained under a point, 2026-11-23-h200-probe-queues, and nothing
-# on photos, 2026-11-26-gpu1-mends-lanes). nvJPEG's own streams (its colour conversion) keep
-# the default priority, 0. A module setting, not an option, for the probes (bench.py
-# --stream-priority).
+# on photos, 2026-11-26-gpu1-mends-lanes). nvJPEG's work does not follow: nvImageCodec runs
+# its decoders' copies and kernels (nvJPEG's colour conversion) on streams it makes itself at
+# the default priority, 0, and makes our stream wait for them (preSync / completePostSync in
+# its src/image_generic_codec.h); no option sets their priority. A module setting, not an
+# option, for the probes (bench.py --stream-priority).
 SIDE_STREAM_PRIORITY: int | None = None
 _END = object()
 

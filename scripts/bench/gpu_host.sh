@@ -687,7 +687,8 @@ start() {  # KIND: what the loader's first batch waits for (3.2-5.1 s on an H200
 versus() {  # KIND: the loader alone from this tree and from $BASE (another commit's
   # imageloader/ and scripts/bench/, e.g. `git archive HEAD~1 imageloader scripts/bench |
   # tar -x -C .cache/base`, carried), interleaved, ROUNDS times (2), each --gpu-lanes of LANES;
-  # THIS_ARGS: more bench.py arguments for this tree's rows only; THIS_ENV, BASE_ENV:
+  # ARGS: more bench.py arguments for every row (e.g. "--step-priority -1"), THIS_ARGS for
+  # this tree's rows only (after ARGS: a flag in both is this tree's); THIS_ENV, BASE_ENV:
   # environment settings for each side's rows (BASE may be this same tree, BASE=.: e.g.
   # BASE_ENV=IMAGELOADER_C_BATCH=0 times nvImageCodec's Python API against one C call).
   # MODELS (e.g. resnet18,resnet50): each trained from the loader instead of the loader alone
@@ -711,7 +712,7 @@ versus() {  # KIND: the loader alone from this tree and from $BASE (another comm
         env $([ $side = this ] && echo "${THIS_ENV:-}" || echo "${BASE_ENV:-}") \
           python3 "$tree/$here/bench.py" --archive "$archive" --shards 0 $what \
           --decode "${DECODE:-cuda}" --gpu-lanes "$lanes" --warmup "${WARMUP:-100}" --steps 100000 \
-          --max-seconds "${WINDOW:-10}" --out "$work/x.json" \
+          --max-seconds "${WINDOW:-10}" --out "$work/x.json" ${ARGS:-} \
           $([ $side = this ] && echo "${THIS_ARGS:-}") 2>&1 | grep -a "$pick" \
           | head -"$rows" | sed "s|^|$kind round $round, $side: |"
       done
