@@ -648,9 +648,10 @@ def training_stream(choice: str, device: torch.device):
     before them (bench.py --step-priority -1 against the caller's stream, ResNet-18 and -50 on
     photos and 500x375, interleaved: +0.3 to +4.9% img/s in all eight pairs,
     results/2026-11-29-h200-priority). Why "side" was tried: a launch on the legacy stream
-    must order itself after every blocking stream of the context (nvJPEG's hardware path works
-    on 14 streams of its own), and fed ResNet-18's launches waited for milliseconds on a lock
-    inside the driver (results/2026-11-28-h200-blocking); on a side stream the thread sleeps
+    must order itself after every blocking stream of the context, and fed ResNet-18's launches
+    waited for milliseconds on a lock inside the driver (results/2026-11-28-h200-blocking; the
+    trace had nvJPEG's kernels on 14 streams, which nvImageCodec's source makes non-blocking,
+    so the lock may be another's); on a side stream the thread sleeps
     2.6x less and waits for data instead, at the same rate (results/2026-11-28-h200-sidestream).
     The batches follow: the loader makes the current stream wait for each batch's event and
     records its tensors there."""
