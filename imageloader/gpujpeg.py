@@ -550,7 +550,11 @@ def lanes(preferred: JpegDecoder, spec: int | str | None = None,
     the split lanes' helpers working all the time took 75% of its rate, two lanes of the
     engines 9% (H200, 2026-11-27-h200-helpers). So where the GPU has engines two lanes of
     them ("hw+hw") are the default (None); "hw|cuda:8+hw|cuda:8" feeds the loader alone
-    faster, `1` is the engines alone."""
+    faster, `1` is the engines alone. Two lanes do not fill the engines: a third ("hw+hw+hw")
+    fed the loader alone 15,900 photos/s against 14,685 (a fourth 15,631), but cost ResNet-18
+    5% (10,813-10,935 against 11,467-11,500 img/s, interleaved) and ResNet-50 nothing (H200,
+    2026-11-29-h200-wall): a third decoding thread slows a host-bound model's steps more than
+    its batches gain."""
     if not isinstance(preferred, NvImageCodecJpeg) or preferred.device.type != "cuda":
         check_lanes(spec)  # a bad spec is an error here too
         if spec not in (None, 1):

@@ -59,6 +59,11 @@ RING_BYTES: int | None = None   # per worker, shared memory for member bytes in 
 GPU_DECODE_NICE = 10            # added to readers' and packers' niceness with GPU decoding: the
                                 # parent's decode thread is on the critical path, they have slack
 CPU_DECODE_NICE = 0             # with CPU decoding the workers are the critical path
+LANES_ON_DEMAND = True          # decode="cuda": the GPU lanes after the first take a batch only
+                                # while the consumer has none waiting (Prefetcher); False: all
+                                # at work all the time (bench.py --lanes-always; two lanes of
+                                # the engines fed ResNet-18 the same either way,
+                                # results/2026-11-29-h200-wall)
 
 
 @dataclass(frozen=True)
@@ -257,7 +262,7 @@ class ImageLoader:
             self.prefetcher = Prefetcher((), self.device, prefetch=max(prefetch, 1),
                                          lanes=[GpuStep(gpu) for gpu in self._gpu],
                                          threaded=True, stall_timeout=options.timeout,
-                                         lanes_on_demand=True, backlog=backlog)
+                                         lanes_on_demand=LANES_ON_DEMAND, backlog=backlog)
             self._fill = JpegPacker(self.decoder, cpu_pixels=options.cpu_large)
             self.cpu_share = share_control(options.cpu_share, trial=trial,
                                            in_flight=self._buffer_count(),

@@ -55,8 +55,11 @@ Release = Callable[[Any], None]  # called with the event after which host memory
 # on photos, 2026-11-26-gpu1-mends-lanes). nvJPEG's work does not follow: nvImageCodec runs
 # its decoders' copies and kernels (nvJPEG's colour conversion) on streams it makes itself at
 # the default priority, 0, and makes our stream wait for them (preSync / completePostSync in
-# its src/image_generic_codec.h); no option sets their priority. A module setting, not an
-# option, for the probes (bench.py --stream-priority).
+# its src/image_generic_codec.h); no option sets their priority. That is not what ResNet-18
+# waits for: with the lanes most urgent, its steps at 0 (a side stream) against -1 fed it the
+# same (11,374 against 11,376 img/s, two pairs each; waiting less, stepping slower,
+# results/2026-11-29-h200-wall). A module setting, not an option, for the probes (bench.py
+# --stream-priority).
 SIDE_STREAM_PRIORITY: int | None = None
 _END = object()
 

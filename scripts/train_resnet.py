@@ -647,7 +647,9 @@ def training_stream(choice: str, device: torch.device):
     kernels run at the default priority, so the GPU starts a waiting kernel of the model's
     before them (bench.py --step-priority -1 against the caller's stream, ResNet-18 and -50 on
     photos and 500x375, interleaved: +0.3 to +4.9% img/s in all eight pairs,
-    results/2026-11-29-h200-priority). Why "side" was tried: a launch on the legacy stream
+    results/2026-11-29-h200-priority); since the loader's own streams are the most urgent,
+    "side" (0) and "high" feed ResNet-18 on photos the same (results/2026-11-29-h200-wall).
+    Why "side" was tried: a launch on the legacy stream
     must order itself after every blocking stream of the context, and fed ResNet-18's launches
     waited for milliseconds on a lock inside the driver (results/2026-11-28-h200-blocking; the
     trace had nvJPEG's kernels on 14 streams, which nvImageCodec's source makes non-blocking,

@@ -12,6 +12,7 @@ import random
 import re
 import sys
 import tarfile
+import threading
 import zlib
 from pathlib import Path
 
@@ -692,6 +693,59 @@ def test_bench_cpu_share_reaches_the_gpu_rows_options_and_labels(monkeypatch, tm
     assert bench.variant_label("cuda", "auto", "none", 0.2) == ", cpu_share 0.2"
     assert bench.variant_label("cpu", "auto", "none", 0.2) == ""
     assert bench.variant_label("cuda", "hw+hw", "none", None) == ", lanes hw+hw"
+
+
+def test_bench_decode_calls_records_each_lane_call_and_restores_the_decoder(monkeypatch):
+    """bench.py --decode-calls: inside the block every NvImageCodecJpeg.decode_at is recorded
+    with its thread, bytes and the decoded images' pixels (undecoded ones left out); after
+    it the decoder's own method is back."""
+    import numpy as np
+    from imageloader.gpujpeg import NvImageCodecJpeg
+    from imageloader.nvbatch import DecodedBatch
+    bench = load_script("bench", monkeypatch)
+    geometry = np.zeros((3, 6), np.int64)
+    geometry[:, 1:3] = [(1000, 1000), (100, 200), (2000, 3000)]
+    batch = DecodedBatch(None, 3, geometry, np.array([True, True, False]), np.zeros((3, 2)))
+    monkeypatch.setattr(NvImageCodecJpeg, "decode_at",
+                        lambda self, starts, lengths, boxes=None: batch)
+    fake = object.__new__(NvImageCodecJpeg)
+    with bench.decode_calls(True) as records:
+        assert NvImageCodecJpeg.decode_at(fake, np.zeros(3), np.array([10, 20, 30])) is batch
+    assert NvImageCodecJpeg.decode_at(fake, np.zeros(3), np.array([1, 1, 1])) is batch
+    assert len(records) == 1  # the call after the block is not recorded
+    (record,) = records
+    assert record["thread"] == threading.current_thread().name
+    assert (record["jpegs"], record["bytes"]) == (3, 60)
+    assert (record["pixels"], record["large"]) == (1000 * 1000 + 100 * 200, 1)
+    assert record["end"] >= record["start"]
+    with bench.decode_calls(False) as none:
+        NvImageCodecJpeg.decode_at(fake, np.zeros(3), np.array([1, 1, 1]))
+    assert none == []
+
+
+def test_bench_decode_call_summary_tells_heavy_batches_and_shared_engines_apart(monkeypatch):
+    """decode_call_summary: the slowest tenth of the calls against the rest, in pixels, large
+    images and time beside another thread's call; each thread's first three calls left out."""
+    bench = load_script("bench", monkeypatch)
+
+    def call(thread, start, mp):
+        seconds = 0.02 + 0.01 * mp  # a call's time grows with its pixels
+        return dict(thread=thread, start=start, end=start + seconds, jpegs=256, bytes=1,
+                    pixels=int(mp * 1e6), large=int(mp > 1))
+    lane_a = [call("a", t, 5 if t in (10, 20) else 1) for t in range(23)]
+    lane_b = [call("b", t, 1) for t in (-10, -9, -8)] + [call("b", 10.0, 5)]
+    summary = bench.decode_call_summary(lane_a + lane_b)
+    assert summary["calls"] == 21  # 20 of a, 1 of b
+    slow, rest = summary["slowest_tenth"], summary["rest"]
+    assert (slow["calls"], rest["calls"]) == (3, 18)
+    assert slow["ms"] == pytest.approx(70) and rest["ms"] == pytest.approx(30)
+    assert (slow["mp"], rest["mp"], slow["large"], rest["large"]) == (5, 1, 1, 0)
+    # a's call at 10 and b's ran together; a's at 20 alone
+    assert slow["beside_pct"] == pytest.approx(200 / 3) and rest["beside_pct"] == 0
+    assert summary["corr_mp_seconds"] == pytest.approx(1)
+    assert "slowest tenth 70.0 ms, 5.0 MP" in bench.decode_calls_text(summary)
+    assert bench.decode_call_summary(lane_a[:12]) == {}  # too few to tell
+    assert bench.decode_calls_text({}) == ""
 
 
 def jpeg_files(sizes, extra=()):

@@ -27,10 +27,12 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -73,6 +75,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--stream-priority", type=int, default=None,
                    help="CUDA priority of the decode lanes' and the helper's streams (lower is "
                         "more urgent; default: the loader's, the most urgent the device allows)")
+    p.add_argument("--lanes-always", action="store_true",
+                   help="every GPU decoding lane at work all the time, not the lanes after "
+                        "the first only while the consumer waits (loader.LANES_ON_DEMAND)")
     add_step_priority(p)
     p.add_argument("--models", default="resnet50", help="comma-separated torchvision models")
     p.add_argument("--batch-size", type=int, default=256)
@@ -107,6 +112,10 @@ def get_args_parser() -> argparse.ArgumentParser:
                    help="time every call of these functions during ours' training rows (per "
                         "thread: median and 90th percentile, in the row), e.g. "
                         "imageloader.prefetch:Prefetcher._hand_over: where a data-wait goes")
+    p.add_argument("--decode-calls", action="store_true",
+                   help="record every lane's decode call during ours' training rows (when, in "
+                        "which thread, the batch's bytes and pixels): which calls are slow, "
+                        "in the row and in the JSON")
     p.add_argument("--switch-interval", type=float, default=None,
                    help="sys.setswitchinterval for this process (Python's default: 0.005 s): "
                         "how long a thread holding the GIL may keep it from one that waits")
@@ -232,6 +241,92 @@ def timed_calls(targets: str | None):
         rows.extend(timer.call_summary())
 
 
+@contextlib.contextmanager
+def decode_calls(on: bool):
+    """--decode-calls: every one-call decode of a lane (NvImageCodecJpeg.decode_at) inside the
+    block, recorded with what it decoded; yields the list the records go to. The time is the
+    call's on the host, which is what a lane spends per batch (nvImageCodec waits for its own
+    GPU work before returning)."""
+    records: list[dict] = []
+    if not on:
+        yield records
+        return
+    from imageloader.gpujpeg import NvImageCodecJpeg
+    original = NvImageCodecJpeg.decode_at
+
+    def recorded(self, starts, lengths, boxes=None):
+        began = time.perf_counter()
+        batch = original(self, starts, lengths, boxes=boxes)
+        ended = time.perf_counter()
+        if batch is not None:
+            records.append(call_record(threading.current_thread().name, began, ended,
+                                       lengths, batch.geometry[batch.done]))
+        return batch
+
+    NvImageCodecJpeg.decode_at = recorded
+    try:
+        yield records
+    finally:
+        NvImageCodecJpeg.decode_at = original
+
+
+def call_record(thread: str, began: float, ended: float, lengths, geometry) -> dict:
+    """One decode call: its thread, start and end (perf_counter seconds), JPEGs and bytes sent,
+    and the pixels decoded (`geometry`: gpucrop.image_geometry's rows of the decoded images,
+    height and width in columns 1 and 2), of which how many images had 1 MP or more."""
+    pixels = geometry[:, 1].astype(np.int64) * geometry[:, 2]
+    return dict(thread=thread, start=began, end=ended, jpegs=len(lengths),
+                bytes=int(np.sum(lengths)), pixels=int(pixels.sum()),
+                large=int((pixels >= 1_000_000).sum()))
+
+
+def decode_call_summary(records: list[dict], skip_first: int = 3) -> dict:
+    """Which decode calls are slow: the slowest tenth against the rest, in seconds, megapixels
+    and images of 1 MP or more per call, and the share of the call during which another
+    thread's call ran too (two lanes on the same engines); and the correlation of a call's
+    seconds with its pixels. Each thread's first `skip_first` calls (the decoder's start) are
+    left out."""
+    seen: dict[str, int] = {}
+    kept = []
+    for r in sorted(records, key=lambda r: r["start"]):
+        seen[r["thread"]] = seen.get(r["thread"], 0) + 1
+        if seen[r["thread"]] > skip_first:
+            kept.append(r)
+    if len(kept) < 10:
+        return {}
+    start = np.array([r["start"] for r in kept])
+    end = np.array([r["end"] for r in kept])
+    seconds = end - start
+    mp = np.array([r["pixels"] for r in kept]) / 1e6
+    large = np.array([r["large"] for r in kept])
+    threads = np.array([r["thread"] for r in kept])
+    # overlap[i, j]: how long calls i and j ran at once; only other threads' calls count
+    overlap = np.clip(np.minimum(end[:, None], end[None, :])
+                      - np.maximum(start[:, None], start[None, :]), 0, None)
+    overlap[threads[:, None] == threads[None, :]] = 0
+    beside = np.minimum(overlap.sum(axis=1), seconds) / np.maximum(seconds, 1e-9)
+    slow = seconds >= np.quantile(seconds, 0.9)
+
+    def part(mask):
+        return dict(calls=int(mask.sum()), ms=float(1e3 * seconds[mask].mean()),
+                    mp=float(mp[mask].mean()), large=float(large[mask].mean()),
+                    beside_pct=float(100 * beside[mask].mean()))
+    corr = float(np.corrcoef(mp, seconds)[0, 1]) if mp.std() > 0 and seconds.std() > 0 \
+        else float("nan")
+    return dict(calls=len(kept), slowest_tenth=part(slow), rest=part(~slow),
+                corr_mp_seconds=corr)
+
+
+def decode_calls_text(summary: dict) -> str:
+    if not summary:
+        return ""
+    s, r = summary["slowest_tenth"], summary["rest"]
+    return (f"; decode calls {summary['calls']}: slowest tenth {s['ms']:.1f} ms, "
+            f"{s['mp']:.1f} MP, {s['large']:.1f} of 1 MP+, {s['beside_pct']:.0f}% beside "
+            f"another call; the rest {r['ms']:.1f} ms, {r['mp']:.1f} MP, {r['large']:.1f}, "
+            f"{r['beside_pct']:.0f}%; r(MP, time) {summary['corr_mp_seconds']:.2f}")
+
+
 def calls_text(rows: list[dict]) -> str:
     return "".join(f"; {r['what'].rpartition('.')[2]} in {r['thread']} p50 "
                    f"{1e3 * (r['median_rest_s'] or 0):.2f} p90 "
@@ -243,13 +338,18 @@ def timed_training(trainer, batches, args, label: str) -> dict:
     ready batch over (ResNet-50: 0.18 ms a step at the median, results/2026-11-28-h200-handover)
     or waiting for a late one. How the waits spread tells the two apart."""
     with timed_calls(getattr(args, "time_calls", None)) as calls, \
+            decode_calls(getattr(args, "decode_calls", False)) as decodes, \
             step_stream(getattr(args, "step_priority", None)):
         result = _timed_training(trainer, batches, args, label)
     if calls:
         result["calls"] = calls
+    summary = decode_call_summary(decodes)
+    if decodes:
+        result["decode_calls"] = dict(summary=summary, calls=decodes)
     print(f"{label:32s} {result['img_per_s']:9.0f} img/s  data-wait "
           f"{result['data_wait_pct']:5.1f}%{at_epoch_starts_text(result)}"
-          f"{wait_spread_text(result)}{calls_text(calls)}", flush=True)
+          f"{wait_spread_text(result)}{calls_text(calls)}{decode_calls_text(summary)}",
+          flush=True)
     return result
 
 
@@ -683,7 +783,6 @@ def _sample_jpegs(archive, n: int) -> list[bytes]:
 
 def _decode_all(data: list[bytes], repeat: int = 1) -> float:
     """PIL decode + RandomResizedCrop + flip of every blob; returns seconds (one process)."""
-    import numpy as np
     decoder = Decoder(Augment.make(224, True))
     out = np.empty(decoder.out_shape, np.uint8)
     t0 = time.perf_counter()
@@ -872,6 +971,9 @@ def main(args) -> dict:
     if args.stream_priority is not None:  # read when the loader makes its streams
         import imageloader.prefetch
         imageloader.prefetch.SIDE_STREAM_PRIORITY = args.stream_priority
+    if args.lanes_always:  # read when a loader makes its prefetcher
+        import imageloader.loader
+        imageloader.loader.LANES_ON_DEMAND = False
     archive, shards = ensure_archive(args)
     recipes = set(args.recipes.split(","))
     results = {"environment": environment(), "args": vars(args), "models": {}, "loader": []}
