@@ -613,6 +613,57 @@ def test_summarize_stacks_reads_native_leaves(monkeypatch):
     assert summarize.state_of(inside + ["0x7f00 (libc.so.6)"]) == ("wait", "decode (gpujpeg.py)")
 
 
+# --- probe_nvjpeg ----------------------------------------------------------------
+
+
+def test_probe_nvjpeg_lays_out_planar_rgb_as_nvjpeg_reads_it(monkeypatch):
+    """probe_nvjpeg: each image's three planes one after another in one buffer, and an
+    nvjpegImage_t per image (channel[0..3], pitch[0..3]) pointing at them."""
+    probe = load_script("probe_nvjpeg", monkeypatch)
+    heights, widths = np.array([2, 3, 1]), np.array([4, 5, 7])
+    offsets, total = probe.plane_offsets(heights, widths)
+    assert offsets.tolist() == [0, 24, 69] and total == 90
+    images = probe.planar_destinations(offsets + 1000, heights, widths)
+    assert images.dtype == np.uint64 and images.shape == (3, 8)  # 64 bytes each, as in C
+    assert images[1].tolist() == [1024, 1039, 1054, 0, 5, 5, 5, 0]
+    assert images[2, :3].tolist() == [1069, 1076, 1083]  # the last plane ends at the total
+    assert images[2, 2] + 7 == 1000 + total
+    assert probe.plane_offsets(np.array([], np.int64), np.array([], np.int64))[1] == 0
+
+
+def test_probe_nvjpeg_says_what_it_needs_without_a_gpu(monkeypatch, tmp_path, capsys):
+    import torch
+    probe = load_script("probe_nvjpeg", monkeypatch)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert probe.main(script_args(probe, "--archive", tmp_path / "x.tar")) == {}
+    assert "needs a CUDA device" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_probe_nvjpeg_decodes_what_nvimagecodec_decodes(monkeypatch, tmp_path):
+    """On a GPU with JPEG engines: every row decodes the archive's JPEGs, and the engines
+    called directly give nvImageCodec's pixels (both nvJPEG, same upsampling)."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    probe = load_script("probe_nvjpeg", monkeypatch)
+    if probe.load_library() is None:
+        pytest.skip("no libnvjpeg")
+    archive = tmp_path / "photos.tar"
+    sizes = [(64 + 24 * (i % 9), 48 + 40 * (i % 4)) for i in range(48)]
+    write_archive(archive, [(f"train/c{i % 3}/{i}.jpg", photo(i, size))
+                            for i, size in enumerate(sizes)], compress=False)
+    try:
+        result = probe.main(script_args(probe, "--archive", archive, "--images", 48,
+                                        "--batch", 16, "--passes", 1))
+    except RuntimeError as error:
+        if "architecture mismatch" in str(error):
+            pytest.skip("this GPU has no JPEG engines")
+        raise
+    assert result["images"] + result["refused_by_engines"] == 48
+    assert len(result["rows"]) == 5 and all(row.get("img_per_s", 0) > 0 for row in result["rows"])
+    pixels = result["pixels"]
+    assert pixels["compared"] == 16 and pixels["max_abs_diff"] <= 1, pixels
+
+
 # --- bench_batch_call ------------------------------------------------------------
 
 

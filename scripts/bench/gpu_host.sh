@@ -52,6 +52,8 @@
 #                                 # on photos: the probe's rows, decoder pools, regions, ~8 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR engines [photos|fixed]  # which JPEGs the hardware
 #                                 # engines refuse, what refusals cost a lane's batch, ~1 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR nvjpeg [photos|fixed]  # nvJPEG's engines called
+#                                 # directly against nvImageCodec's call (probe_nvjpeg.py), ~1 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR batchcall # nvImageCodec's Python API against one C
 #                                                    # call per batch (nvbatch), ~2 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR yuv       # the engines into RGB or into YCbCr (no
@@ -806,6 +808,15 @@ batchcall() {  # nvImageCodec's Python API against one C call per batch (bench_b
   done
 }
 
+nvjpeg() {  # KIND: nvJPEG's hardware decoder called directly against nvImageCodec's one C call,
+  # decoders alone on 4,096 of the archive's JPEGs (probe_nvjpeg.py): one and two threads,
+  # bitstreams in pinned host memory or on the device, the first batch's pixels compared
+  local archive="$data/$1-16000.tgz"
+  ensure_archive "$archive" --sizes "$1" --images 16000
+  python3 $here/probe_nvjpeg.py --archive "$archive" --images 4096 \
+    --out "$out/nvjpeg-$1.json" 2>&1 | grep --line-buffered -v "$quiet" | tail -12
+}
+
 engines() {  # KIND: which JPEGs the hardware engines refuse, and what refusals cost a lane
   # (probe_engines.py), on made JPEGs of each kind and 4,096 of the archive's
   local archive="$data/$1-4096.tgz"
@@ -832,7 +843,8 @@ case "$part" in
   regions) regions "${3:-photos}" 2>&1 | tee "$out/regions-${3:-photos}.log" ;;
   dali) dali "${3:-photos}" ;;
   engines) engines "${3:-photos}" 2>&1 | tee "$out/engines-${3:-photos}.log" ;;
+  nvjpeg) nvjpeg "${3:-photos}" 2>&1 | tee "$out/nvjpeg-${3:-photos}.log" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
-  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, spread, blocking, sidestream, firstepoch, host, beside, spy, versus, regions, profile, suspects, batchcall, engines or none" >&2; exit 2 ;;
+  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, spread, blocking, sidestream, firstepoch, host, beside, spy, versus, regions, profile, suspects, batchcall, engines, nvjpeg or none" >&2; exit 2 ;;
 esac
