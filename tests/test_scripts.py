@@ -56,6 +56,28 @@ def make_imagenet_like(monkeypatch):
 MEMBER_PATTERN = re.compile(r"train/(n\d{8})/(n\d{8})_(\d+)\.JPEG")
 
 
+def test_make_imagenet_like_batch_pixels_spreads_only_for_varied_sizes(make_imagenet_like,
+                                                                      tmp_path):
+    """--batch-pixels writes nothing and reports megapixels per batch of the member order:
+    uniform images give every batch the same; photos (a tail of large ones) spread, and the
+    batches' mean is the images' mean times the batch."""
+    out = tmp_path / "never.tgz"
+    fixed = make_imagenet_like.main(script_args(make_imagenet_like, "--out", out, "--images", 100,
+                                                "--batch-pixels", 32))
+    assert fixed["batches"] == 3 and fixed["p10"] == fixed["max"] == 32 * 500 * 375 / 1e6
+    assert fixed["p90_over_p50"] == 1.0
+    photos = make_imagenet_like.main(script_args(make_imagenet_like, "--out", out, "--images",
+                                                 2048, "--sizes", "photos", "--batch-pixels", 64))
+    assert photos["batches"] == 32
+    assert photos["p10"] < photos["p50"] < photos["p90"] <= photos["max"]
+    assert photos["p90_over_p50"] > 1.02
+    assert 0.85 < photos["p50"] / (64 * photos["mean_mp_per_image"]) < 1.15
+    assert not out.exists()
+    with pytest.raises(ValueError, match="--batch-pixels 200"):
+        make_imagenet_like.main(script_args(make_imagenet_like, "--out", out, "--images", 100,
+                                            "--batch-pixels", 200))
+
+
 def test_make_imagenet_like_small_archive(make_imagenet_like, tmp_path):
     out = tmp_path / "bench" / "tiny.tgz"
     stats = make_imagenet_like.main(

@@ -39,6 +39,8 @@ bytes, though not the tar inside, also depend on ``--shards``.)
     python scripts/bench/make_imagenet_like.py                      # 16,000 images -> bench-data/imagenet-like.tgz
     python scripts/bench/make_imagenet_like.py --images 200 --classes 10 --out bench-data/small.tgz
     python scripts/bench/make_imagenet_like.py --sizes photos --images 32000 --out bench-data/photos.tgz
+    python scripts/bench/make_imagenet_like.py --sizes photos --images 16000 --batch-pixels 256  # no archive:
+                                                                    # megapixels per batch of 256
 """
 
 import argparse
@@ -110,6 +112,10 @@ def get_args_parser():
     parser.add_argument("--seed", type=int, default=0, help="seed of the images and of the member order")
     parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="worker processes; 1 runs in-process")
     parser.add_argument("--compresslevel", type=int, default=6, help="deflate level, 0-9")
+    parser.add_argument("--batch-pixels", type=int, default=0, metavar="BATCH",
+                        help="write nothing: print how many megapixels batches of BATCH images "
+                             "hold, in the archive's member order (how uneven a GPU decoder's "
+                             "batches are), and exit")
     return parser
 
 
@@ -420,8 +426,40 @@ def validate(args):
         raise ValueError(f"--shards must be in 0..--images, got {args.shards}")
 
 
+def image_size(settings, index):
+    """(width, height) of image `index`, as make_jpeg draws it."""
+    if settings.get("sizes", "fixed") == "fixed":
+        return settings["width"], settings["height"]
+    spec = photo_spec(settings["seed"], index)
+    return spec.width, spec.height
+
+
+def batch_megapixels(args) -> dict:
+    """Megapixels per batch of --batch-pixels consecutive members (the last, partial batch
+    left out): quantiles over the batches. A GPU decoder's time per batch grows with its
+    pixels, so their spread bounds how uneven decoding the batches of a shuffled epoch can be
+    for that reason alone."""
+    settings = {"seed": args.seed, "sizes": args.sizes, "width": args.width, "height": args.height}
+    pixels = np.array([np.prod(image_size(settings, i)) for i in shuffled_order(args.images, args.seed)],
+                      dtype=np.float64) / 1e6
+    usable = len(pixels) // args.batch_pixels * args.batch_pixels
+    if usable == 0:
+        raise ValueError(f"--batch-pixels {args.batch_pixels} is more than --images {args.images}")
+    per_batch = pixels[:usable].reshape(-1, args.batch_pixels).sum(axis=1)
+    p10, p50, p90 = np.quantile(per_batch, [0.1, 0.5, 0.9])
+    return {"batches": len(per_batch), "mean_mp_per_image": round(float(pixels.mean()), 4),
+            "p10": round(float(p10), 2), "p50": round(float(p50), 2), "p90": round(float(p90), 2),
+            "max": round(float(per_batch.max()), 2), "p90_over_p50": round(float(p90 / p50), 3)}
+
+
 def main(args):
     validate(args)
+    if args.batch_pixels:
+        stats = batch_megapixels(args)
+        print(f"{stats['batches']} batches of {args.batch_pixels} ({args.sizes}, {stats['mean_mp_per_image']} MP an "
+              f"image): MP a batch p10 {stats['p10']}, p50 {stats['p50']}, p90 {stats['p90']}, max {stats['max']}; "
+              f"p90/p50 {stats['p90_over_p50']}")
+        return stats
     out_dir = os.path.dirname(args.out)
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
