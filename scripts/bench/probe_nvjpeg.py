@@ -242,8 +242,14 @@ def timed_lanes(lib, batches: list[Batch], threads: int, on_device: bool, passes
             lane(decoder, batches, mine[:1], 1, on_device, torch, device, [], [])
         times: list[float] = []
         busy: list[bool] = []
-        workers = [threading.Thread(target=lane, args=(decoder, batches, mine, passes,
-                                                       on_device, torch, device, times, busy))
+        errors: list[BaseException] = []
+
+        def run(decoder, mine):
+            try:
+                lane(decoder, batches, mine, passes, on_device, torch, device, times, busy)
+            except BaseException as error:  # raised below, in the caller's thread
+                errors.append(error)
+        workers = [threading.Thread(target=run, args=(decoder, mine))
                    for decoder, mine in zip(decoders, shares)]
         began = time.perf_counter()
         for worker in workers:
@@ -251,6 +257,8 @@ def timed_lanes(lib, batches: list[Batch], threads: int, on_device: bool, passes
         for worker in workers:
             worker.join()
         wall = time.perf_counter() - began
+        if errors:
+            raise errors[0]
     finally:
         for decoder in decoders:
             decoder.close()
