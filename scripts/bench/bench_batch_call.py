@@ -19,8 +19,6 @@ it; nvbatch.py).
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -33,15 +31,12 @@ from imageloader.gpujpeg import ENGINES  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_decoders import (batches, crop_boxes, gpu_ms_per_call,  # noqa: E402  (same JPEGs,
-                             screened_jpegs)  # same batching, same crops)
+                             jpegs_parser, screened_jpegs,  # same batching, same crops)
+                             write_results)
 
 
 def get_args_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--archive", required=True, help=".tgz or .tar of JPEGs")
-    p.add_argument("--images", type=int, default=2048)
-    p.add_argument("--batch", type=int, default=256)
+    p = jpegs_parser(__doc__, images=2048)
     p.add_argument("--passes", type=int, default=3, help="timed passes over the images, each row")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
     p.add_argument("--engine", default="hw", choices=ENGINES,
@@ -142,9 +137,7 @@ def main(args) -> dict:
                  else ""))
     print("same pixels:", results["same_pixels"], "; decoded by one way only (first batch):",
           results["decoded_by_one_only"])
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(results, indent=1))
+    write_results(args.out, results)
     return results
 
 

@@ -51,12 +51,26 @@ from imageloader.errors import Limits  # noqa: E402
 LARGE_PIXELS = 1_000_000
 
 
-def get_args_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+def jpegs_parser(doc: str, images: int) -> argparse.ArgumentParser:
+    """What every decoders-alone script (this one, bench_batch_call, probe_nvjpeg) is asked
+    first: which JPEGs (the first --images of --archive) and how many a call (--batch)."""
+    p = argparse.ArgumentParser(description=doc.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--archive", required=True, help=".tgz or .tar of JPEGs")
-    p.add_argument("--images", type=int, default=4096)
+    p.add_argument("--images", type=int, default=images)
     p.add_argument("--batch", type=int, default=256)
+    return p
+
+
+def write_results(out: str | None, results) -> None:
+    """--out: the results as JSON there (its folder made), or nowhere."""
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(results, indent=1))
+
+
+def get_args_parser():
+    p = jpegs_parser(__doc__, images=4096)
     p.add_argument("--rows", default="torchvision,torchcodec,nvimgcodec,nvimgcodec/backends=hw,"
                    "nvimgcodec/backends=hybrid,nvimgcodec/backends=hw0.7+hybrid,"
                    "nvimgcodec/threads=2,nvimgcodec/roi=all,nvimgcodec/roi=large,pil",
@@ -387,8 +401,7 @@ def main(args) -> list[dict]:
         rows.append(result)
     rows.append({"row": "libraries", "nvjpeg": loaded_nvjpeg()})
     print(json.dumps(rows[-1]), flush=True)
-    if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=1))
+    write_results(args.out, rows)
     return rows
 
 

@@ -29,10 +29,8 @@ nvidia-nvjpeg wheel's (libnvjpeg.so.13), found on sys.path as gpujpeg finds it.
 """
 from __future__ import annotations
 
-import argparse
 import ctypes
 import ctypes.util
-import json
 import os
 import sys
 import threading
@@ -43,6 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_decoders import jpegs_parser, write_results  # noqa: E402  (the same JPEGs, batched)
 
 # nvjpeg.h (13.3): backends, output format, chroma subsampling, flags
 BACKEND_HARDWARE, BACKEND_HARDWARE_DEVICE = 3, 5
@@ -73,11 +72,7 @@ SIGNATURES = {  # name: argument types (all return nvjpegStatus_t, an int)
 
 
 def get_args_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--archive", required=True, help=".tgz or .tar of JPEGs")
-    p.add_argument("--images", type=int, default=4096)
-    p.add_argument("--batch", type=int, default=256)
+    p = jpegs_parser(__doc__, images=4096)
     p.add_argument("--passes", type=int, default=3, help="timed passes over the images, each row")
     p.add_argument("--out", default=None, help="JSON results")
     return p
@@ -356,9 +351,7 @@ def main(args) -> dict:
             else f"; {row['thread_cpu_ms_per_batch']:.1f} ms of the thread per batch"
         print(f"{row['row']:62s} {row['img_per_s']:7d} img/s{extra}")
     print("first batch, nvJPEG against nvImageCodec:", results["pixels"])
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(results, indent=1))
+    write_results(args.out, results)
     return results
 
 
