@@ -51,7 +51,7 @@ import sys
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, NoReturn, Protocol
+from typing import Callable, Iterator, NoReturn, Protocol
 
 import numpy as np
 import torch
@@ -470,16 +470,23 @@ def _load_nvjpeg_wheel() -> None:
     """nvImageCodec opens libnvjpeg by name, so an older copy on the library path (a CUDA
     toolkit's) wins over the nvidia-nvjpeg wheel installed beside it. Before nvJPEG 13.2 the
     hardware decoder's region decoding misbehaves and it warns about it; load the wheel's."""
+    for path in _nvjpeg_wheel_paths():
+        try:
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        except OSError as error:
+            log.info("imageloader: could not load %s: %s", path, error)
+            continue
+        return
+
+
+def _nvjpeg_wheel_paths() -> Iterator[str]:
+    """The nvidia-nvjpeg wheel's libnvjpeg files on sys.path, in its order (CUDA 13's first
+    within each entry)."""
     for entry in sys.path:
         for name in _NVJPEG_WHEEL_LIBS:
             path = os.path.join(entry or ".", name)
             if os.path.exists(path):
-                try:
-                    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-                except OSError as error:
-                    log.info("imageloader: could not load %s: %s", path, error)
-                    continue
-                return
+                yield path
 
 
 def available(device: torch.device, mode: str, choice: str = "auto",

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import sys
 import threading
 import time
@@ -51,7 +50,6 @@ FLAG_UPSAMPLING_WITH_INTERPOLATION = 1 << 5  # libjpeg's chroma upsampling, as n
 STATUS = {1: "not initialized", 2: "invalid parameter", 3: "bad JPEG", 4: "JPEG not supported",
           5: "allocator failure", 6: "execution failed", 7: "architecture mismatch (no engines)",
           8: "internal error", 9: "implementation not supported", 10: "incomplete bitstream"}
-WHEEL_LIBS = ("nvidia/cu13/lib/libnvjpeg.so.13", "nvidia/nvjpeg/lib/libnvjpeg.so.12")
 
 P, I, U, S = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_size_t
 SIGNATURES = {  # name: argument types (all return nvjpegStatus_t, an int)
@@ -79,13 +77,10 @@ def get_args_parser():
 
 
 def load_library() -> ctypes.CDLL | None:
-    """The nvidia-nvjpeg wheel's libnvjpeg (on sys.path, as gpujpeg._load_nvjpeg_wheel finds
-    it), else one the loader finds by name; None if neither loads."""
-    candidates = [os.path.join(entry or ".", name) for entry in sys.path for name in WHEEL_LIBS]
-    candidates += [ctypes.util.find_library("nvjpeg") or "libnvjpeg.so"]
-    for path in candidates:
-        if os.sep in path and not os.path.exists(path):
-            continue
+    """The nvidia-nvjpeg wheel's libnvjpeg (on sys.path, where gpujpeg._load_nvjpeg_wheel finds
+    it), else one the dynamic loader finds by name; None if neither loads."""
+    from imageloader.gpujpeg import _nvjpeg_wheel_paths
+    for path in [*_nvjpeg_wheel_paths(), ctypes.util.find_library("nvjpeg") or "libnvjpeg.so"]:
         try:
             lib = ctypes.CDLL(path)
         except OSError:
