@@ -661,10 +661,29 @@ def test_probe_nvjpeg_says_what_it_needs_without_a_gpu(monkeypatch, tmp_path, ca
     assert "needs a CUDA device" in capsys.readouterr().out
 
 
+def test_probe_nvjpeg_pixel_diffs_counts_and_names_the_images_that_differ(monkeypatch):
+    import torch
+    probe = load_script("probe_nvjpeg", monkeypatch)
+    reference = [np.full((3, 4, 5), 100, np.uint8) for _ in range(4)]
+    images = [r.copy() for r in reference]
+    images[1][0, 1, 2] = 101  # off by 1: not "over 2"
+    images[2][:, 3, :] = 160  # its last row off by 60
+    images[3] = np.zeros((3, 5, 4), np.uint8)  # another shape: counts 255
+    result = probe.pixel_diffs(images + [None], reference + [reference[0]], torch,
+                               labels=["a", "b", "c", "d", "e"])
+    assert result["compared"] == 4 and result["identical"] == 1 and result["over_2"] == 2
+    assert result["max_abs_diff"] == 255 and result["median_max_diff"] == 30.5
+    assert result["mean_abs_diff"] == round((1 + 15 * 60) / 180, 3)  # over the same shapes
+    assert result["most_differing"] == [
+        "d: max 255, 100.00% over 8, shape (3, 5, 4), not (3, 4, 5)",
+        "c: max 60, 25.00% over 8, rows 3-3"]
+
+
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
 def test_probe_nvjpeg_decodes_what_nvimagecodec_decodes(monkeypatch, tmp_path):
     """On a GPU with JPEG engines: every row decodes the archive's JPEGs, and the engines
-    called directly give nvImageCodec's pixels (both nvJPEG, same upsampling)."""
+    called directly give nvImageCodec's pixels (chroma replicated, as the loader decodes) and,
+    with chroma interpolated, PIL's."""
     pytest.importorskip("nvidia.nvimgcodec")
     probe = load_script("probe_nvjpeg", monkeypatch)
     if probe.load_library() is None:
@@ -681,9 +700,15 @@ def test_probe_nvjpeg_decodes_what_nvimagecodec_decodes(monkeypatch, tmp_path):
             pytest.skip("this GPU has no JPEG engines")
         raise
     assert result["images"] + result["refused_by_engines"] == 48
-    assert len(result["rows"]) == 5 and all(row.get("img_per_s", 0) > 0 for row in result["rows"])
-    pixels = result["pixels"]
-    assert pixels["compared"] == 16 and pixels["max_abs_diff"] <= 1, pixels
+    assert len(result["rows"]) == 1 + len(probe.ROWS)
+    assert all(row.get("img_per_s", 0) > 0 for row in result["rows"]), result["rows"]
+    assert result["call_cost"]["batches"] >= 1 and "us_per_kb" in result["call_cost"]
+    pixels = result["pixels"]  # within 1, as test_gpujpeg asks of nvImageCodec and PIL
+    for pair in ("nvjpeg_vs_nvimgcodec", "nvjpeg_interpolated_vs_pil"):
+        assert pixels[pair]["compared"] == 16 and pixels[pair]["max_abs_diff"] <= 1, pixels
+    both = probe.main(script_args(probe, "--archive", archive, "--images", 48, "--batch", 16,
+                                  "--passes", 1, "--processes", 2))
+    assert len(both["img_per_s_each"]) == 2 and min(both["img_per_s_each"]) > 0, both
 
 
 # --- bench_batch_call ------------------------------------------------------------

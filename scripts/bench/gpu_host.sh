@@ -53,7 +53,8 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR engines [photos|fixed]  # which JPEGs the hardware
 #                                 # engines refuse, what refusals cost a lane's batch, ~1 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR nvjpeg [photos|fixed]  # nvJPEG's engines called
-#                                 # directly against nvImageCodec's call (probe_nvjpeg.py), ~1 min
+#                                 # directly against nvImageCodec's call (probe_nvjpeg.py), ~1 min;
+#                                 # PROCESSES=N: one direct thread in each of N processes at once
 #   bash scripts/bench/gpu_host.sh OUT_DIR batchcall # nvImageCodec's Python API against one C
 #                                                    # call per batch (nvbatch), ~2 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR yuv       # the engines into RGB or into YCbCr (no
@@ -814,7 +815,8 @@ nvjpeg() {  # KIND: nvJPEG's hardware decoder called directly against nvImageCod
   local archive="$data/$1-16000.tgz"
   ensure_archive "$archive" --sizes "$1" --images 16000
   python3 $here/probe_nvjpeg.py --archive "$archive" --images 4096 \
-    --out "$out/nvjpeg-$1.json" 2>&1 | grep --line-buffered -v "$quiet" | tail -12
+    ${PROCESSES:+--processes $PROCESSES --passes 10} \
+    --out "$out/nvjpeg-$1${PROCESSES:+-x$PROCESSES}.json" 2>&1 | grep --line-buffered -v "$quiet" | tail -16
 }
 
 engines() {  # KIND: which JPEGs the hardware engines refuse, and what refusals cost a lane

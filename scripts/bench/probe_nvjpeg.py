@@ -13,24 +13,37 @@ the same JPEGs in the same batches, whether a lean direct call decodes faster, w
 host time, whether the bitstreams on the device (one copy a batch) help, and whether two
 threads then add anything.
 
-Rows: nvImageCodec's one C call per batch (the loader's lane, imageloader/nvbatch.py); nvJPEG's
-hardware backend with the bitstreams in pinned host memory (as the packers leave them); the
-same with the bitstreams copied to the device in one copy a batch (NVJPEG_BACKEND_HARDWARE_DEVICE);
-each of the two in two threads, each with its own handle, state and stream. Each row: img/s,
-the host time of the decode call (median, 90th percentile), and how often the call returned
+Rows: nvImageCodec's one C call per batch (the loader's lane, imageloader/nvbatch.py), then
+nvJPEG's hardware backend (ROWS): bitstreams in pinned host memory (as the packers leave them)
+or copied to the device in one copy a batch (NVJPEG_BACKEND_HARDWARE_DEVICE); nvJPEG's memory
+pools or not; chroma replicated (as the loader decodes) or interpolated (PIL's pixels); one
+thread or two, each with its own handle, state and stream. Each row: img/s, the thread's CPU
+per batch, the host time of the call (median, 90th percentile), and how often it returned
 with its stream still busy. Before every call the thread waits on the host for its stream:
 the engines' writes do not wait for earlier work on the stream (meta-pytorch/torchcodec pull
 request 1634, measured on H100s), so a real lane must know that the last batch's crops are
-done with the buffer, as nvImageCodec does by waiting on an event. Pixels: the first batch
-from nvJPEG against nvImageCodec's.
+done with the buffer, as nvImageCodec does by waiting on an event. Then what a call's host
+time grows with (`call_cost`), and the first batch's pixels: direct against nvImageCodec,
+interpolated against PIL. `--processes N` instead: one direct thread in each of N processes
+at once.
+
+Answer (H200, results/2026-11-29-h200-nvjpeg): on 500x375 a direct call decodes 2.1x as much
+as nvImageCodec's (42,200 against 20,200 img/s) with half the host time; on photos the same
+(10,900 against 11,300), because there the host time is nvJPEG's own, 0.67 us per KB of
+bitstream. Two threads or several processes do not add to it much (photos: 3 processes
+15,100): the engines top out near 15-16k photos/s. Gray JPEGs come out wrong from the direct
+call into planar RGB.
 
 No CUDA toolkit: nvjpeg.h's functions are declared here for ctypes; the library is the
 nvidia-nvjpeg wheel's (libnvjpeg.so.13), found on sys.path as gpujpeg finds it.
 """
 from __future__ import annotations
 
+import argparse
 import ctypes
 import ctypes.util
+import json
+import subprocess
 import sys
 import threading
 import time
@@ -40,13 +53,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_decoders import batches as in_batches  # noqa: E402
 from bench_decoders import jpegs_parser, write_results  # noqa: E402  (the same JPEGs, batched)
 
 # nvjpeg.h (13.3): backends, output format, chroma subsampling, flags
 BACKEND_HARDWARE, BACKEND_HARDWARE_DEVICE = 3, 5
 OUTPUT_RGB = 3  # planar: three full-size planes
 CSS_444 = 0
-FLAG_UPSAMPLING_WITH_INTERPOLATION = 1 << 5  # libjpeg's chroma upsampling, as nvImageCodec sets
+SUBSAMPLING = {0: "444", 1: "422", 2: "420", 3: "440", 4: "411", 5: "410", 6: "gray", 7: "410v"}
+FLAG_MEMORY_POOLS = 1 << 1  # keep freed buffers for reuse (no cudaFree / cudaFreeHost a batch)
+FLAG_UPSAMPLING_WITH_INTERPOLATION = 1 << 5  # libjpeg's (PIL's) chroma upsampling
 STATUS = {1: "not initialized", 2: "invalid parameter", 3: "bad JPEG", 4: "JPEG not supported",
           5: "allocator failure", 6: "execution failed", 7: "architecture mismatch (no engines)",
           8: "internal error", 9: "implementation not supported", 10: "incomplete bitstream"}
@@ -69,10 +85,20 @@ SIGNATURES = {  # name: argument types (all return nvjpegStatus_t, an int)
 }
 
 
+# (threads, bitstreams on the device, nvJPEG's memory pools, chroma interpolated) of each
+# direct row
+ROWS = [(1, False, False, False), (1, False, True, False), (1, False, True, True),
+        (1, True, True, False), (2, False, True, False), (2, True, True, False)]
+
+
 def get_args_parser():
     p = jpegs_parser(__doc__, images=4096)
     p.add_argument("--passes", type=int, default=3, help="timed passes over the images, each row")
     p.add_argument("--out", default=None, help="JSON results")
+    p.add_argument("--processes", type=int, default=0,
+                   help="instead of the rows: one direct thread in each of this many processes "
+                        "at once")
+    p.add_argument("--solo", action="store_true", help=argparse.SUPPRESS)
     return p
 
 
@@ -123,10 +149,16 @@ class HardwareDecoder:
     (one thread) would own. `backend`: BACKEND_HARDWARE (bitstreams in host memory) or
     BACKEND_HARDWARE_DEVICE (on the device)."""
 
-    def __init__(self, lib: ctypes.CDLL, backend: int, batch: int, size_hint=(480, 640)):
+    def __init__(self, lib: ctypes.CDLL, backend: int, batch: int, size_hint=(480, 640),
+                 pools: bool = False, interpolate: bool = False):
         self.lib, self.handle, self.state, self.parser = lib, P(), P(), P()
-        check(lib.nvjpegCreateEx(backend, None, None, FLAG_UPSAMPLING_WITH_INTERPOLATION,
-                                 ctypes.byref(self.handle)), "nvjpegCreateEx")
+        # nvImageCodec hands nvJPEG its own pooling allocators (nvjpegCreateExV2); without
+        # them or the pools flag, nvJPEG's default ones may free and allocate per batch
+        # Chroma replicated unless `interpolate` (PIL's upsampling), as the loader's decoders
+        flags = (FLAG_UPSAMPLING_WITH_INTERPOLATION if interpolate else 0) | \
+            (FLAG_MEMORY_POOLS if pools else 0)
+        check(lib.nvjpegCreateEx(backend, None, None, flags, ctypes.byref(self.handle)),
+              "nvjpegCreateEx")
         check(lib.nvjpegJpegStateCreate(self.handle, ctypes.byref(self.state)), "state")
         check(lib.nvjpegJpegStreamCreate(self.handle, ctypes.byref(self.parser)), "parser")
         # Preallocated for `batch` images of about that size (DALI: >20% on 8-GPU training)
@@ -140,20 +172,21 @@ class HardwareDecoder:
                                                     ctypes.byref(cores)), "decoder info")
         return engines.value, cores.value
 
-    def describe(self, data: np.ndarray) -> tuple[int, int, bool]:
-        """Height, width, and whether the engines take this JPEG (nvjpegDecodeBatchedSupported:
-        baseline, one scan, no 4:1:1 / 4:1:0, 1 or 3 components, within size limits)."""
+    def describe(self, data: np.ndarray) -> tuple[int, int, int, bool]:
+        """Height, width, chroma subsampling (nvjpegChromaSubsampling_t) and whether the engines
+        take this JPEG (nvjpegDecodeBatchedSupported: baseline, one scan, no 4:1:1 / 4:1:0, 1
+        or 3 components, within size limits)."""
         components, subsampling = I(), I()
         widths, heights = (I * 4)(), (I * 4)()
         if self.lib.nvjpegGetImageInfo(self.handle, data.ctypes.data, data.nbytes,
                                        ctypes.byref(components), ctypes.byref(subsampling),
                                        widths, heights) != 0:
-            return 0, 0, False  # a header nvJPEG cannot read: not the engines'
+            return 0, 0, -1, False  # a header nvJPEG cannot read: not the engines'
         refused = I(1)
         if self.lib.nvjpegJpegStreamParseHeader(self.handle, data.ctypes.data, data.nbytes,
                                                 self.parser) == 0:
             self.lib.nvjpegDecodeBatchedSupported(self.handle, self.parser, ctypes.byref(refused))
-        return heights[0], widths[0], refused.value == 0
+        return heights[0], widths[0], subsampling.value, refused.value == 0
 
     def decode(self, pointers: np.ndarray, lengths: np.ndarray, destinations: np.ndarray,
                stream: int) -> None:
@@ -198,9 +231,10 @@ class Batch:
 
 
 def lane(decoder: HardwareDecoder, batches: list[Batch], mine: list[int], passes: int,
-         on_device: bool, torch, device, times: list, busy: list) -> None:
+         on_device: bool, torch, device, calls: dict) -> None:
     """What a lane thread would do per batch, over `passes`: wait for its stream on the host,
-    (copy the bitstreams to the device), decode; host time of each decode call recorded."""
+    (copy the bitstreams to the device), decode. Per decode call into `calls`: its host time,
+    the thread's CPU time, and whether it returned with its stream still busy."""
     stream = torch.cuda.Stream(device)
     out = torch.empty(max(b.out_bytes for b in batches), dtype=torch.uint8, device=device)
     staging = torch.empty(max(b.host.numel() for b in batches), dtype=torch.uint8,
@@ -214,29 +248,32 @@ def lane(decoder: HardwareDecoder, batches: list[Batch], mine: list[int], passes
                     staging[:batch.host.numel()].copy_(batch.host, non_blocking=True)
                     source = staging.data_ptr()
                 stream.synchronize()  # the engines do not wait for the stream's earlier work
-                began = time.perf_counter()
+                began, cpu = time.perf_counter(), time.thread_time()
                 decoder.decode(batch.pointers(source), batch.lengths,
                                batch.destinations(out.data_ptr()), stream.cuda_stream)
-                times.append(time.perf_counter() - began)
-                busy.append(not stream.query())
+                calls["ms"].append(1e3 * (time.perf_counter() - began))
+                calls["cpu_ms"].append(1e3 * (time.thread_time() - cpu))
+                calls["busy"].append(not stream.query())
         stream.synchronize()
 
 
-def timed_lanes(lib, batches: list[Batch], threads: int, on_device: bool, passes: int,
-                batch_size: int, torch, device) -> dict:
+def timed_lanes(lib, batches: list[Batch], row: tuple, passes: int, batch_size: int, torch,
+                device) -> dict:
+    threads, on_device, pools, interpolate = row
     backend = BACKEND_HARDWARE_DEVICE if on_device else BACKEND_HARDWARE
-    decoders = [HardwareDecoder(lib, backend, batch_size) for _ in range(threads)]
+    decoders = [HardwareDecoder(lib, backend, batch_size, pools=pools, interpolate=interpolate)
+                for _ in range(threads)]
+    calls: dict[str, list] = {"ms": [], "cpu_ms": [], "busy": []}
     try:
         shares = [list(range(t, len(batches), threads)) for t in range(threads)]
         for decoder, mine in zip(decoders, shares):  # untimed: buffers grown, engines woken
-            lane(decoder, batches, mine[:1], 1, on_device, torch, device, [], [])
-        times: list[float] = []
-        busy: list[bool] = []
+            lane(decoder, batches, mine, 1, on_device, torch, device,
+                 {"ms": [], "cpu_ms": [], "busy": []})
         errors: list[BaseException] = []
 
         def run(decoder, mine):
             try:
-                lane(decoder, batches, mine, passes, on_device, torch, device, times, busy)
+                lane(decoder, batches, mine, passes, on_device, torch, device, calls)
             except BaseException as error:  # raised below, in the caller's thread
                 errors.append(error)
         workers = [threading.Thread(target=run, args=(decoder, mine))
@@ -253,15 +290,46 @@ def timed_lanes(lib, batches: list[Batch], threads: int, on_device: bool, passes
         for decoder in decoders:
             decoder.close()
     images = passes * sum(len(b.lengths) for b in batches)
-    ms = np.array(times) * 1e3
+    ms = np.array(calls["ms"])
     return {"img_per_s": round(images / wall), "call_ms_p50": round(float(np.median(ms)), 2),
             "call_ms_p90": round(float(np.quantile(ms, 0.9)), 2),
-            "returned_busy_pct": round(100 * float(np.mean(busy)), 1)}
+            "thread_cpu_ms_per_batch": round(float(np.mean(calls["cpu_ms"])), 2),
+            "returned_busy_pct": round(100 * float(np.mean(calls["busy"])), 1)}
 
 
-def first_batch_pixels(lib, batch: Batch, reference: list, torch, device) -> dict:
-    """The first batch decoded by nvJPEG's engines against nvImageCodec's images of it."""
-    decoder = HardwareDecoder(lib, BACKEND_HARDWARE, len(batch.lengths))
+def call_cost(lib, datas: list[np.ndarray], shapes: list, kinds: list[int], torch, device,
+              batch: int = 64, passes: int = 2) -> dict:
+    """What a call's host time grows with: the JPEGs sorted by chroma subsampling, then
+    pixels, into batches of `batch`; each batch decoded `passes` times by one thread (pools,
+    chroma replicated), and its least host time fitted as microseconds per image of each
+    subsampling, per KB of bitstream and per megapixel (least squares; r2 of the fit)."""
+    order = sorted(range(len(datas)), key=lambda i: (kinds[i], shapes[i][0] * shapes[i][1]))
+    groups = [order[i:i + batch] for i in range(0, len(order), batch)]
+    made = [Batch([datas[i] for i in g], [shapes[i] for i in g], torch) for g in groups]
+    calls: dict[str, list] = {"ms": [], "cpu_ms": [], "busy": []}
+    decoder = HardwareDecoder(lib, BACKEND_HARDWARE, batch, pools=True)
+    try:  # the first pass untimed: buffers grown
+        lane(decoder, made, list(range(len(made))), passes + 1, False, torch, device, calls)
+    finally:
+        decoder.close()
+    ms = np.array(calls["ms"]).reshape(passes + 1, len(made))[1:].min(axis=0)
+    present = sorted(set(kinds))
+    columns = [[sum(kinds[i] == k for i in g) for g in groups] for k in present]
+    columns.append([sum(datas[i].nbytes for i in g) / 1e3 for g in groups])
+    columns.append([sum(shapes[i][0] * shapes[i][1] for i in g) / 1e6 for g in groups])
+    x = np.array(columns, np.float64).T
+    fit, *_ = np.linalg.lstsq(x, ms, rcond=None)
+    residual = ms - x @ fit
+    r2 = 1 - float(residual @ residual) / max(float(((ms - ms.mean()) ** 2).sum()), 1e-12)
+    names = [f"us_per_image_{SUBSAMPLING.get(k, k)}" for k in present] + ["us_per_kb", "us_per_mp"]
+    return {**{n: round(1e3 * float(v), 2) for n, v in zip(names, fit)}, "r2": round(r2, 3),
+            "batches": len(made)}
+
+
+def direct_decode(lib, batch: Batch, torch, device, interpolate: bool) -> list:
+    """One batch through nvJPEG's engines, each image (3, H, W) on the device."""
+    decoder = HardwareDecoder(lib, BACKEND_HARDWARE, len(batch.lengths),
+                              interpolate=interpolate)
     out = torch.zeros(batch.out_bytes, dtype=torch.uint8, device=device)
     try:
         stream = torch.cuda.current_stream(device)
@@ -271,23 +339,126 @@ def first_batch_pixels(lib, batch: Batch, reference: list, torch, device) -> dic
         stream.synchronize()
     finally:
         decoder.close()
-    equal = compared = 0
-    worst = 0
-    for i, image in enumerate(reference):
+    return [out[int(o):int(o) + 3 * int(h) * int(w)].view(3, int(h), int(w))
+            for o, h, w in zip(batch.offsets, batch.heights, batch.widths)]
+
+
+def cpu_reference(datas: list[np.ndarray]) -> list[np.ndarray]:
+    """PIL's decode (libjpeg-turbo, fancy upsampling), (3, H, W) each."""
+    import io
+    from PIL import Image
+    return [np.asarray(Image.open(io.BytesIO(d.tobytes())).convert("RGB")).transpose(2, 0, 1)
+            for d in datas]
+
+
+def pixel_diffs(images: list, reference: list[np.ndarray], torch, labels=None) -> dict:
+    """Per image the largest |difference| against the reference (a shape that differs counts
+    255): the largest, the median of those, how many are identical and how many are off by
+    more than 2, and the mean |difference| over every pixel. With `labels` (one per image),
+    the images off by more than 2, the most differing first (at most 4): label, largest
+    difference, % of values off by more than 8, and the rows those lie in."""
+    worst, total, count, off = [], 0.0, 0, []
+    for index, (image, ref) in enumerate(zip(images, reference)):
         if image is None:
             continue
-        h, w = int(batch.heights[i]), int(batch.widths[i])
-        ours = out[int(batch.offsets[i]):int(batch.offsets[i]) + 3 * h * w].view(3, h, w)
-        theirs = torch.as_tensor(image, device=device)
-        theirs = theirs.permute(2, 0, 1) if theirs.shape[-1] == 3 else theirs
-        compared += 1
-        if theirs.shape != ours.shape:
-            worst = 255
+        ours = torch.as_tensor(image).cpu().numpy()
+        if ours.shape != ref.shape:
+            worst.append(255)
+            if labels is not None:
+                off.append((1.0, labels[index], 255, f"shape {ours.shape}, not {ref.shape}"))
             continue
-        diff = int((ours.int() - theirs.int()).abs().max())
-        equal += diff == 0
-        worst = max(worst, diff)
-    return {"compared": compared, "identical": equal, "max_abs_diff": worst}
+        diff = np.abs(ours.astype(np.int16) - ref)
+        worst.append(int(diff.max()))
+        total, count = total + float(diff.sum()), count + diff.size
+        if labels is not None and worst[-1] > 2:
+            rows = np.flatnonzero((diff > 8).any(axis=(0, 2)))
+            off.append((float((diff > 8).mean()), labels[index], worst[-1],
+                        f"rows {rows.min()}-{rows.max()}" if len(rows) else "none over 8"))
+    worst_arr = np.array(worst or [0])
+    result = {"compared": len(worst), "identical": int((worst_arr == 0).sum()),
+              "over_2": int((worst_arr > 2).sum()), "max_abs_diff": int(worst_arr.max()),
+              "median_max_diff": float(np.median(worst_arr)),
+              "mean_abs_diff": round(total / max(count, 1), 3)}
+    if labels is not None:
+        result["most_differing"] = [f"{label}: max {top}, {100 * share:.2f}% over 8, {rows}"
+                                    for share, label, top, rows in sorted(off)[::-1][:4]]
+    return result
+
+
+def first_batch_pixels(lib, batch: Batch, datas: list[np.ndarray], labels: list[str],
+                       nvimgcodec, torch, device) -> dict:
+    """The first batch from nvJPEG's engines called directly against nvImageCodec's (the
+    loader's, chroma replicated, both), and with chroma interpolated against PIL's decode of
+    the same JPEGs; nvImageCodec's against PIL's shows what replicating costs."""
+    theirs = [None if image is None else torch.as_tensor(image, device=device).clone()
+              for image in nvimgcodec.decode(datas, fresh=True)]
+    torch.cuda.synchronize(device)
+    reference = cpu_reference(datas)
+    return {"nvjpeg_vs_nvimgcodec": pixel_diffs(
+                direct_decode(lib, batch, torch, device, False),
+                [None if t is None else t.cpu().numpy() for t in theirs], torch, labels),
+            "nvjpeg_interpolated_vs_pil": pixel_diffs(
+                direct_decode(lib, batch, torch, device, True), reference, torch, labels),
+            "nvimgcodec_vs_pil": pixel_diffs(theirs, reference, torch)}
+
+
+def engine_jpegs(lib, args) -> tuple:
+    """The archive's first JPEGs that a lane gets and the engines take: (engines x cores,
+    how many they refuse, the JPEGs, their (height, width), their chroma subsampling)."""
+    from bench_decoders import screened_jpegs
+    probe = HardwareDecoder(lib, BACKEND_HARDWARE, args.batch)
+    screened = screened_jpegs(args.archive, args.images)  # what a lane gets
+    try:
+        engines = probe.engines()
+        described = [probe.describe(d) for d in screened]
+    finally:
+        probe.close()
+    taken = [(d, (h, w), kind) for d, (h, w, kind, ok) in zip(screened, described) if ok]
+    datas, shapes, kinds = (list(column) for column in zip(*taken)) if taken else ([], [], [])
+    return engines, len(described) - len(taken), datas, shapes, kinds
+
+
+def solo(lib, args, datas, shapes, torch, device) -> dict:
+    """One of --processes: says "ready", waits for a line on stdin, then times the direct row
+    of one thread (bitstreams pinned, pools) and prints its result as JSON."""
+    batches = [Batch(group, shape_group, torch) for group, shape_group in
+               zip(in_batches(datas, args.batch), in_batches(shapes, args.batch))]
+    print("ready", flush=True)
+    sys.stdin.readline()
+    began = time.time()
+    row = timed_lanes(lib, batches, (1, False, True, False), args.passes, args.batch, torch,
+                      device)
+    row.update(began=began, ended=time.time())
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def in_processes(args) -> dict:
+    """--processes N: the direct row of one thread in N processes at once, each with its own
+    nvJPEG (is the host's part of the engines' work serialized per process or per GPU?)."""
+    command = [sys.executable, __file__, "--archive", str(args.archive), "--images",
+               str(args.images), "--batch", str(args.batch), "--passes", str(args.passes),
+               "--solo"]
+    children = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True) for _ in range(args.processes)]
+    for child in children:  # all loaded before any starts
+        while child.stdout.readline().strip() != "ready":
+            if child.poll() is not None:
+                raise RuntimeError("a --solo process ended before it was ready")
+    for child in children:
+        child.stdin.write("go\n")
+        child.stdin.flush()
+    rows = [json.loads(child.communicate()[0].strip().splitlines()[-1]) for child in children]
+    overlap = min(r["ended"] for r in rows) - max(r["began"] for r in rows)
+    span = max(r["ended"] for r in rows) - min(r["began"] for r in rows)
+    result = {"processes": args.processes, "img_per_s_each": [r["img_per_s"] for r in rows],
+              "img_per_s_sum": sum(r["img_per_s"] for r in rows),
+              "overlap_pct": round(100 * max(overlap, 0) / span, 1),
+              "call_ms_p50_each": [r["call_ms_p50"] for r in rows]}
+    print(f"nvJPEG, bitstreams pinned, 1 thread, pools, in {args.processes} processes at once:",
+          result)
+    write_results(args.out, result)
+    return result
 
 
 def main(args) -> dict:
@@ -299,41 +470,39 @@ def main(args) -> dict:
     if lib is None:
         print("probe_nvjpeg.py needs libnvjpeg (the nvidia-nvjpeg wheel)")
         return {}
+    if args.processes:
+        return in_processes(args)
     from bench_batch_call import timed
-    from bench_decoders import batches as in_batches, screened_jpegs
     from imageloader.gpujpeg import NvImageCodecJpeg
     device = torch.device("cuda")
     torch.empty(1, device=device)  # the primary context, current: nvJPEG works in it
-    probe = HardwareDecoder(lib, BACKEND_HARDWARE, args.batch)
-    screened = screened_jpegs(args.archive, args.images)  # what a lane gets
-    try:
-        engines = probe.engines()
-        described = [probe.describe(d) for d in screened]
-    finally:
-        probe.close()
-    datas = [d for d, (_, _, taken) in zip(screened, described) if taken]
-    shapes = [(h, w) for h, w, taken in described if taken]
+    engines, refused, datas, shapes, kinds = engine_jpegs(lib, args)
+    if args.solo:
+        return solo(lib, args, datas, shapes, torch, device)
     groups = in_batches(datas, args.batch)
     batches = [Batch(group, shape_group, torch)
                for group, shape_group in zip(groups, in_batches(shapes, args.batch))]
     results = {"device": torch.cuda.get_device_name(device), "torch": torch.__version__,
                "engines_and_cores": engines, "images": len(datas),
-               "refused_by_engines": len(described) - len(datas), "batch": args.batch,
+               "refused_by_engines": refused, "batch": args.batch,
                "rows": []}
     nvimgcodec = NvImageCodecJpeg(device, "RGB", engine="hw", one_call=True)
     results["rows"].append({"row": "nvImageCodec, one C call per batch (the loader's lane)",
                             **timed(nvimgcodec, groups, args.passes)})
-    for threads in (1, 2):
-        for on_device in (False, True):
-            where = "on the device" if on_device else "in pinned host memory"
-            row = {"row": f"nvJPEG hardware, bitstreams {where}, {threads} thread(s)"}
-            try:
-                row.update(timed_lanes(lib, batches, threads, on_device, args.passes,
-                                       args.batch, torch, device))
-            except RuntimeError as error:  # a backend this nvJPEG lacks: the row says so
-                row["error"] = str(error)
-            results["rows"].append(row)
-    results["pixels"] = first_batch_pixels(lib, batches[0], nvimgcodec.decode(groups[0]),
+    for threads, on_device, pools, interpolate in ROWS:
+        row = {"row": f"nvJPEG, bitstreams {'on the device' if on_device else 'pinned'}, "
+                      f"{threads} thread(s){', pools' if pools else ''}"
+                      f"{', chroma interpolated' if interpolate else ''}"}
+        try:
+            row.update(timed_lanes(lib, batches, (threads, on_device, pools, interpolate),
+                                   args.passes, args.batch, torch, device))
+        except RuntimeError as error:  # a backend this nvJPEG lacks: the row says so
+            row["error"] = str(error)
+        results["rows"].append(row)
+    results["call_cost"] = call_cost(lib, datas, shapes, kinds, torch, device)
+    labels = [f"{w}x{h} {SUBSAMPLING.get(kind, kind)} {d.nbytes // 1000} KB"
+              for (h, w), kind, d in zip(shapes, kinds, datas)]
+    results["pixels"] = first_batch_pixels(lib, batches[0], groups[0], labels, nvimgcodec,
                                            torch, device)
     print(f"{results['device']}, torch {results['torch']}, engines x cores "
           f"{engines}, {len(datas)} JPEGs ({results['refused_by_engines']} refused)")
@@ -343,9 +512,13 @@ def main(args) -> dict:
             continue
         extra = (f"; call p50 {row['call_ms_p50']:.1f} p90 {row['call_ms_p90']:.1f} ms, "
                  f"returned busy {row['returned_busy_pct']:.0f}%") if "call_ms_p50" in row \
-            else f"; {row['thread_cpu_ms_per_batch']:.1f} ms of the thread per batch"
-        print(f"{row['row']:62s} {row['img_per_s']:7d} img/s{extra}")
-    print("first batch, nvJPEG against nvImageCodec:", results["pixels"])
+            else ""
+        print(f"{row['row']:66s} {row['img_per_s']:7d} img/s; "
+              f"{row['thread_cpu_ms_per_batch']:.1f} ms of the thread per batch{extra}")
+    print("host time of a call, fitted over batches of one subsampling by size:",
+          results["call_cost"])
+    for pair, diffs in results["pixels"].items():
+        print(f"first batch, {pair.replace('_', ' ')}: {diffs}")
     write_results(args.out, results)
     return results
 
