@@ -28,8 +28,9 @@ wraps the outputs in tensors (the crop kernel reads them by address, gpucrop.ima
 torchvision's image decoding is deprecated since 0.29 (TorchCodec replaces it), so it comes
 last. nvJPEG's batched hardware decoder called directly (scripts/bench/probe_nvjpeg.py)
 decodes photos no faster: its host side costs ~0.7 us per KB of JPEG either way, and the
-engines top out near 15-16k photos/s on an H200 whoever feeds them. Only on small uniform
-JPEGs does it halve the call, and it gets grayscale JPEGs wrong.
+engines top out near 15-16k photos/s on an H200 whoever feeds them. On small uniform JPEGs
+it halves the call, and beside ResNet-18's steps two such lanes cost them 10% where two of
+nvImageCodec's cost 22% (500x375; not measured on photos yet). It gets grayscale JPEGs wrong.
 
 nvImageCodec can be held to one engine: the GPU's hardware JPEG engines ("hw"; A100, H100,
 H200), CUDA kernels ("cuda") or its own choice per image ("all"). Where the GPU has engines the

@@ -684,6 +684,7 @@ def test_probe_nvjpeg_decodes_what_nvimagecodec_decodes(monkeypatch, tmp_path):
     """On a GPU with JPEG engines: every row decodes the archive's JPEGs, and the engines
     called directly give nvImageCodec's pixels (chroma replicated, as the loader decodes) and,
     with chroma interpolated, PIL's."""
+    import torch
     pytest.importorskip("nvidia.nvimgcodec")
     probe = load_script("probe_nvjpeg", monkeypatch)
     if probe.load_library() is None:
@@ -709,6 +710,23 @@ def test_probe_nvjpeg_decodes_what_nvimagecodec_decodes(monkeypatch, tmp_path):
     both = probe.main(script_args(probe, "--archive", archive, "--images", 48, "--batch", 16,
                                   "--passes", 1, "--processes", 2))
     assert len(both["img_per_s_each"]) == 2 and min(both["img_per_s_each"]) > 0, both
+    # A lane of it, as probe_host_threads --lanes-beside nvjpeg drives one: the same pixels
+    # as the loader's nvImageCodec lane, group after group, into its one output buffer.
+    from imageloader.gpujpeg import NvImageCodecJpeg
+    groups = [[np.frombuffer(photo(k, (64 + 16 * (k % 3), 48)), np.uint8)
+               for k in range(j, j + 6)] for j in (0, 6)]
+    lane = probe.DirectLane(groups, torch.device("cuda"))
+    theirs = NvImageCodecJpeg(torch.device("cuda"), "RGB", engine="hw", one_call=True)
+    try:
+        for group in groups * 2:
+            assert lane.decode(group) == [True] * 6
+            ours = [image.clone() for image in lane.images(group)]
+            for mine, image in zip(ours, theirs.decode(group, fresh=True)):
+                other = torch.as_tensor(image, device="cuda")
+                assert mine.shape == other.shape
+                assert (mine.int() - other.int()).abs().max() <= 1
+    finally:
+        lane.close()
 
 
 # --- bench_batch_call ------------------------------------------------------------

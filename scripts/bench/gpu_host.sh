@@ -18,7 +18,8 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR lanes photos  # GPU decoding in two split lanes
 #   bash scripts/bench/gpu_host.sh OUT_DIR lanes fixed   # (the default) vs one, ~4-5 min each
 #   bash scripts/bench/gpu_host.sh OUT_DIR trial     # does decode="auto" keep the faster? ~7 min
-#   bash scripts/bench/gpu_host.sh OUT_DIR threads   # what slows the training thread, ~3 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR threads [photos|fixed]  # what slows the training
+#                                 # thread, ~3 min (SPECS="hw+hw nvjpeg": beside lanes alone)
 #   BESIDE=1 bash scripts/bench/gpu_host.sh OUT_DIR threads  # the loader beside it: in its
 #                                 # process or in another? ~2 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR packers   # auto vs cuda with 8 and 16 packers, ~4 min
@@ -352,8 +353,8 @@ threads() {  # the GIL, busy cores and the loader's threads against ResNet-18's 
   # beside each of those lanes alone, TRACE_SPEC: then a profiler trace of 5 steps beside one;
   # SCHEDULE=blocking|yield|spin|auto: how the process's CUDA calls wait (cudaSetDeviceFlags)
   # LOADER_LANES=hw+hw: the gpu_lanes of every loader the rows make
-  local archive="$data/photos-16000.tgz"
-  ensure_archive "$archive" --sizes photos --images 16000
+  local archive="$data/$1-16000.tgz"
+  ensure_archive "$archive" --sizes "$1" --images 16000
   python3 $here/probe_host_threads.py --archive "$archive" --out "$out/threads.json" \
     ${BESIDE:+--beside-only} ${LANES_BESIDE:+--decoders-beside} \
     ${SPECS:+--lanes-beside $SPECS} ${TRACE_SPEC:+--trace-beside $TRACE_SPEC} \
@@ -830,7 +831,8 @@ engines() {  # KIND: which JPEGs the hardware engines refuse, and what refusals 
 case "$part" in
   none) ;;  # the wheels of .whl/ installed, nothing run (a first call before others)
   tests) shift 2; tests "$@" ;;
-  bench|overlap|remote|decoders|trial|threads|packers|share|batchcall|suspects|yuv) "$part" ;;
+  bench|overlap|remote|decoders|trial|packers|share|batchcall|suspects|yuv) "$part" ;;
+  threads) threads "${3:-photos}" ;;
   profile) profile "${3:-photos}" 2>&1 | tee "$out/profile-${3:-photos}.log" ;;
   ddp) ddp "${3:-fixed}" 2>&1 | tee "$out/ddp-${3:-fixed}.log" ;;
   spread) spread "${3:-photos}" 2>&1 | tee "$out/spread-${3:-photos}.log" ;;

@@ -25,7 +25,9 @@ side differs between rows):
   packers, readers, crops or loader Python), then fed by the loader as is, with two cores
   kept for the training threads (KeepCoresFree) and with 4 packers instead of 8. Every row
   gives the host's busy cores over its window (/proc/stat). --lanes-beside SPEC...: the steps
-  beside those lanes alone, then fed; --trace-beside SPEC: then 5 steps traced beside one;
+  beside those lanes alone (a spec "nvjpeg" or "nvjpeg+nvjpeg": lanes calling nvJPEG's engines
+  directly, as a lane of our own would), then fed; --trace-beside SPEC: then 5 steps traced
+  beside one;
   --schedule: how the process's CUDA calls wait (cudaSetDeviceFlags), for every row.
 """
 from __future__ import annotations
@@ -243,7 +245,11 @@ class DecodingLanes(BackgroundThreads):
         self.groups = [jpegs[i:i + batch] for i in range(0, len(jpegs) - batch + 1, batch)]
         if not self.groups:
             raise ValueError(f"DecodingLanes needs at least {batch} JPEGs, got {len(jpegs)}")
-        self.lanes = lanes(available(device, "RGB", first=True)[0], spec)
+        if spec and spec.split("+")[0] == "nvjpeg":  # nvJPEG called directly, no nvImageCodec
+            from probe_nvjpeg import DirectLane
+            self.lanes = [DirectLane(self.groups, device) for _ in spec.split("+")]
+        else:
+            self.lanes = lanes(available(device, "RGB", first=True)[0], spec)
         self.device = device
         self.decoded = [0] * len(self.lanes)  # by lane: each thread counts its own
         self.threads = [threading.Thread(target=self._decode, args=(k, lane), daemon=True)
@@ -602,7 +608,9 @@ def add_row_sets(parser: argparse.ArgumentParser) -> None:
                              "and the loader feeding them with cores kept or fewer packers")
     parser.add_argument("--lanes-beside", nargs="+", default=None, metavar="SPEC",
                         help="only rows of the steps beside these decoding lanes alone "
-                             "(gpu_lanes specs; 'default': the loader's own)")
+                             "(gpu_lanes specs; 'default': the loader's own; 'nvjpeg', "
+                             "'nvjpeg+nvjpeg': nvJPEG's engines called directly, "
+                             "probe_nvjpeg.DirectLane)")
     parser.add_argument("--loader-lanes", default="auto", metavar="SPEC",
                         help="gpu_lanes of every loader the rows make ('auto': its default)")
     parser.add_argument("--schedule", default=None, choices=sorted(SCHEDULES),

@@ -32,7 +32,9 @@ as nvImageCodec's (42,200 against 20,200 img/s) with half the host time; on phot
 (10,900 against 11,300), because there the host time is nvJPEG's own, 0.67 us per KB of
 bitstream. Two threads or several processes do not add to it much (photos: 3 processes
 15,100): the engines top out near 15-16k photos/s. Gray JPEGs come out wrong from the direct
-call into planar RGB.
+call into planar RGB. Beside ResNet-18's steps on 500x375 (probe_host_threads.py
+--lanes-beside nvjpeg+nvjpeg, DirectLane), two direct lanes cost the steps 10% where the
+default's two cost 22%, decoding more.
 
 No CUDA toolkit: nvjpeg.h's functions are declared here for ctypes; the library is the
 nvidia-nvjpeg wheel's (libnvjpeg.so.13), found on sys.path as gpujpeg finds it.
@@ -222,12 +224,53 @@ class Batch:
         self.widths = np.array([w for _, w in shapes], np.int64)
         self.offsets, self.out_bytes = plane_offsets(self.heights, self.widths)
 
+    def views(self, out) -> list:
+        """Each image of the batch, (3, H, W), as a view of the output tensor `out`."""
+        return [out[int(o):int(o) + 3 * int(h) * int(w)].view(3, int(h), int(w))
+                for o, h, w in zip(self.offsets, self.heights, self.widths)]
+
     def pointers(self, base: int) -> np.ndarray:
         return (np.uint64(base) + self.starts.astype(np.uint64)).astype(np.uint64)
 
     def destinations(self, out_base: int) -> np.ndarray:
         return planar_destinations(np.uint64(out_base) + self.offsets.astype(np.uint64),
                                    self.heights, self.widths)
+
+
+class DirectLane:
+    """nvJPEG's engines called as a lane of the loader would call them, for
+    probe_host_threads.py --lanes-beside nvjpeg (what such a lane costs the training steps
+    beside it): the JPEGs of each group (a list probe_host_threads decodes again and again)
+    copied once into a pinned buffer and their sizes read ahead; per decode, a host wait for
+    the lane's stream (the engines do not wait for its earlier work), then one call into one
+    output buffer, chroma replicated, nvJPEG's memory pools on."""
+
+    def __init__(self, groups: list[list[np.ndarray]], device, lib=None):
+        import torch
+        self.torch, self.device, lib = torch, device, lib or load_library()
+        if lib is None:
+            raise RuntimeError("a direct nvJPEG lane needs libnvjpeg (the nvidia-nvjpeg wheel)")
+        self.decoder = HardwareDecoder(lib, BACKEND_HARDWARE, max(map(len, groups)), pools=True)
+        self.batches = {id(group): Batch(group, [self.decoder.describe(d)[:2] for d in group],
+                                         torch) for group in groups}
+        self.out = torch.empty(max(b.out_bytes for b in self.batches.values()),
+                               dtype=torch.uint8, device=device)
+
+    def decode(self, group: list[np.ndarray]) -> list[bool]:
+        """The group decoded on the current stream; True per image (its pixels: `images`)."""
+        batch = self.batches[id(group)]
+        stream = self.torch.cuda.current_stream(self.device)
+        stream.synchronize()  # the last batch's readers are done with the output buffer
+        self.decoder.decode(batch.pointers(batch.host.data_ptr()), batch.lengths,
+                            batch.destinations(self.out.data_ptr()), stream.cuda_stream)
+        return [True] * len(batch.lengths)
+
+    def images(self, group: list[np.ndarray]) -> list:
+        """The last decode of `group`, (3, H, W) per image, views of the output buffer."""
+        return self.batches[id(group)].views(self.out)
+
+    def close(self) -> None:
+        self.decoder.close()
 
 
 def lane(decoder: HardwareDecoder, batches: list[Batch], mine: list[int], passes: int,
@@ -339,8 +382,7 @@ def direct_decode(lib, batch: Batch, torch, device, interpolate: bool) -> list:
         stream.synchronize()
     finally:
         decoder.close()
-    return [out[int(o):int(o) + 3 * int(h) * int(w)].view(3, int(h), int(w))
-            for o, h, w in zip(batch.offsets, batch.heights, batch.widths)]
+    return batch.views(out)
 
 
 def cpu_reference(datas: list[np.ndarray]) -> list[np.ndarray]:
