@@ -679,6 +679,65 @@ def test_probe_nvjpeg_pixel_diffs_counts_and_names_the_images_that_differ(monkey
         "c: max 60, 25.00% over 8, rows 3-3"]
 
 
+def test_probe_nvjpeg_direct_lane_leaves_out_what_the_engines_refuse(monkeypatch):
+    """DirectLane's bookkeeping, with a stand-in for nvJPEG that fills each image's planes
+    with its JPEG's first byte: refused JPEGs are reported False and get no image, the others
+    their own pixels, group after group into one buffer."""
+    import ctypes
+    import torch
+    probe = load_script("probe_nvjpeg", monkeypatch)
+
+    class FakeNvjpeg:
+        def __init__(self, *args, **kwargs):
+            self.closed = False
+
+        def describe(self, data):  # height, width, subsampling, taken
+            return 2 + data[0] % 3, 3, 2, data[0] != 0
+
+        def decode(self, pointers, lengths, destinations, stream):
+            for pointer, image in zip(pointers, destinations):
+                first = ctypes.c_uint8.from_address(int(pointer)).value
+                for c in range(3):
+                    ctypes.memset(int(image[c]), first, int(image[4 + c]) * (2 + first % 3))
+
+        def close(self):
+            self.closed = True
+
+    class Stream:
+        cuda_stream = 0
+
+        def synchronize(self):
+            pass
+    monkeypatch.setattr(probe, "HardwareDecoder", FakeNvjpeg)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    monkeypatch.setattr(probe.Batch, "__init__", _batch_in_pageable_memory(probe.Batch.__init__))
+    groups = [[np.array([v, 1, 2], np.uint8) for v in values] for values in ([4, 0, 5], [0, 0])]
+    lane = probe.DirectLane(groups, torch.device("cpu"), lib=object())
+    for _ in range(2):
+        assert lane.decode(groups[0]) == [True, False, True]
+        images = lane.images(groups[0])
+        assert images[1] is None
+        assert images[0].shape == (3, 3, 3) and bool((images[0] == 4).all())
+        assert images[2].shape == (3, 4, 3) and bool((images[2] == 5).all())
+        assert lane.decode(groups[1]) == [False, False] and lane.images(groups[1]) == [None] * 2
+    lane.close()
+    assert lane.decoder.closed
+
+
+def _batch_in_pageable_memory(init):
+    """probe_nvjpeg.Batch without pinned memory (a machine without CUDA cannot pin)."""
+    def wrapped(self, datas, shapes, torch_module):
+        class Unpinned:
+            def __getattr__(self, name):
+                return getattr(torch_module, name)
+
+            @staticmethod
+            def empty(*args, pin_memory=False, **kwargs):
+                return torch_module.empty(*args, **kwargs)
+        init(self, datas, shapes, Unpinned())
+    return wrapped
+
+
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
 def test_probe_nvjpeg_decodes_what_nvimagecodec_decodes(monkeypatch, tmp_path):
     """On a GPU with JPEG engines: every row decodes the archive's JPEGs, and the engines

@@ -251,23 +251,32 @@ class DirectLane:
         if lib is None:
             raise RuntimeError("a direct nvJPEG lane needs libnvjpeg (the nvidia-nvjpeg wheel)")
         self.decoder = HardwareDecoder(lib, BACKEND_HARDWARE, max(map(len, groups)), pools=True)
-        self.batches = {id(group): Batch(group, [self.decoder.describe(d)[:2] for d in group],
-                                         torch) for group in groups}
+        self.batches, self.taken = {}, {}
+        for group in groups:  # what the engines refuse is left out (and reported False)
+            described = [self.decoder.describe(d) for d in group]
+            taken = [ok for *_, ok in described]
+            self.taken[id(group)] = taken
+            self.batches[id(group)] = Batch([d for d, ok in zip(group, taken) if ok],
+                                            [(h, w) for h, w, _, ok in described if ok], torch)
         self.out = torch.empty(max(b.out_bytes for b in self.batches.values()),
                                dtype=torch.uint8, device=device)
 
     def decode(self, group: list[np.ndarray]) -> list[bool]:
-        """The group decoded on the current stream; True per image (its pixels: `images`)."""
+        """The group decoded on the current stream; per image whether it was (its pixels:
+        `images`)."""
         batch = self.batches[id(group)]
         stream = self.torch.cuda.current_stream(self.device)
         stream.synchronize()  # the last batch's readers are done with the output buffer
-        self.decoder.decode(batch.pointers(batch.host.data_ptr()), batch.lengths,
-                            batch.destinations(self.out.data_ptr()), stream.cuda_stream)
-        return [True] * len(batch.lengths)
+        if len(batch.lengths):
+            self.decoder.decode(batch.pointers(batch.host.data_ptr()), batch.lengths,
+                                batch.destinations(self.out.data_ptr()), stream.cuda_stream)
+        return list(self.taken[id(group)])
 
     def images(self, group: list[np.ndarray]) -> list:
-        """The last decode of `group`, (3, H, W) per image, views of the output buffer."""
-        return self.batches[id(group)].views(self.out)
+        """The last decode of `group`, (3, H, W) per image the engines took, else None: views
+        of the output buffer."""
+        decoded = iter(self.batches[id(group)].views(self.out))
+        return [next(decoded) if ok else None for ok in self.taken[id(group)]]
 
     def close(self) -> None:
         self.decoder.close()
