@@ -237,6 +237,17 @@ class Batch:
                                    self.heights, self.widths)
 
 
+def make_batches(datas: list[np.ndarray], shapes: list, size: int, torch) -> list[Batch]:
+    """The JPEGs and their (height, width) as Batches of `size`, in order."""
+    return [Batch(group, shape_group, torch)
+            for group, shape_group in zip(in_batches(datas, size), in_batches(shapes, size))]
+
+
+def no_calls() -> dict[str, list]:
+    """Where `lane` records its calls: host ms, the thread's CPU ms, returned busy."""
+    return {"ms": [], "cpu_ms": [], "busy": []}
+
+
 class DirectLane:
     """nvJPEG's engines called as a lane of the loader would call them, for
     probe_host_threads.py --lanes-beside nvjpeg (what such a lane costs the training steps
@@ -315,12 +326,11 @@ def timed_lanes(lib, batches: list[Batch], row: tuple, passes: int, batch_size: 
     backend = BACKEND_HARDWARE_DEVICE if on_device else BACKEND_HARDWARE
     decoders = [HardwareDecoder(lib, backend, batch_size, pools=pools, interpolate=interpolate)
                 for _ in range(threads)]
-    calls: dict[str, list] = {"ms": [], "cpu_ms": [], "busy": []}
+    calls = no_calls()
     try:
         shares = [list(range(t, len(batches), threads)) for t in range(threads)]
         for decoder, mine in zip(decoders, shares):  # untimed: buffers grown, engines woken
-            lane(decoder, batches, mine, 1, on_device, torch, device,
-                 {"ms": [], "cpu_ms": [], "busy": []})
+            lane(decoder, batches, mine, 1, on_device, torch, device, no_calls())
         errors: list[BaseException] = []
 
         def run(decoder, mine):
@@ -358,7 +368,7 @@ def call_cost(lib, datas: list[np.ndarray], shapes: list, kinds: list[int], torc
     order = sorted(range(len(datas)), key=lambda i: (kinds[i], shapes[i][0] * shapes[i][1]))
     groups = [order[i:i + batch] for i in range(0, len(order), batch)]
     made = [Batch([datas[i] for i in g], [shapes[i] for i in g], torch) for g in groups]
-    calls: dict[str, list] = {"ms": [], "cpu_ms": [], "busy": []}
+    calls = no_calls()
     decoder = HardwareDecoder(lib, BACKEND_HARDWARE, batch, pools=True)
     try:  # the first pass untimed: buffers grown
         lane(decoder, made, list(range(len(made))), passes + 1, False, torch, device, calls)
@@ -472,8 +482,7 @@ def engine_jpegs(lib, args) -> tuple:
 def solo(lib, args, datas, shapes, torch, device) -> dict:
     """One of --processes: says "ready", waits for a line on stdin, then times the direct row
     of one thread (bitstreams pinned, pools) and prints its result as JSON."""
-    batches = [Batch(group, shape_group, torch) for group, shape_group in
-               zip(in_batches(datas, args.batch), in_batches(shapes, args.batch))]
+    batches = make_batches(datas, shapes, args.batch, torch)
     print("ready", flush=True)
     sys.stdin.readline()
     began = time.time()
@@ -531,8 +540,7 @@ def main(args) -> dict:
     if args.solo:
         return solo(lib, args, datas, shapes, torch, device)
     groups = in_batches(datas, args.batch)
-    batches = [Batch(group, shape_group, torch)
-               for group, shape_group in zip(groups, in_batches(shapes, args.batch))]
+    batches = make_batches(datas, shapes, args.batch, torch)
     results = {"device": torch.cuda.get_device_name(device), "torch": torch.__version__,
                "engines_and_cores": engines, "images": len(datas),
                "refused_by_engines": refused, "batch": args.batch,
