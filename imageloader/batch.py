@@ -39,7 +39,9 @@ class BatchViews(NamedTuple):
     seeds: np.ndarray     # (B,) uint64: augmentation seed of each image
     offsets: np.ndarray   # (B,) int64
     lengths: np.ndarray   # (B,) int64
-    boxes: np.ndarray     # (B, 5) float32: packed images' train crop (l, t, r, b) and flip
+    boxes: np.ndarray     # (B, 5) float32: packed images' train crop (l, t, r, b) and flip,
+                          # in the upright image
+    orientations: np.ndarray  # (B,) uint8: packed images' EXIF orientation (1: as stored)
     arena: np.ndarray     # (A,) uint8
     cpu_share: np.ndarray  # (1,) float64: share of the images a packer decodes on the CPU
                            # all the same (decode="cuda"), set by the parent (share.py)
@@ -59,7 +61,8 @@ def batch_layout(batch_size: int, image_shape: tuple[int, int, int], arena_bytes
     """Fields of one buffer, each page-aligned; shared by the pool and the worker processes."""
     specs = [("labels", "int64", (batch_size,)), ("seeds", "uint64", (batch_size,)),
              ("offsets", "int64", (batch_size,)), ("lengths", "int64", (batch_size,)),
-             ("boxes", "float32", (batch_size, 5)), ("cpu_share", "float64", (1,)),
+             ("boxes", "float32", (batch_size, 5)), ("orientations", "uint8", (batch_size,)),
+             ("cpu_share", "float64", (1,)),
              ("cpu_probe", "float64", (3,)), ("cpu_pixels", "int64", (1,)),
              ("images", "uint8", (batch_size, *image_shape)), ("arena", "uint8", (arena_bytes,))]
     fields, offset = {}, 0

@@ -18,7 +18,7 @@ import time
 import warnings
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 from PIL import Image, ImageOps, JpegImagePlugin, UnidentifiedImageError
@@ -143,8 +143,9 @@ class JpegPacker:
     anything else here on the CPU, exactly as the CPU path would, and count why.
 
     nvJPEG's batched decoder takes baseline 8-bit RGB/gray JPEGs with standard subsampling. We
-    screen with Pillow's header parser (no pixel decoding): PNG, CMYK, progressive, EXIF-rotated
-    and oddly subsampled images, and images that no longer fit the arena, go the CPU way.
+    screen with Pillow's header parser (no pixel decoding): PNG, CMYK, progressive and oddly
+    subsampled images, and images that no longer fit the arena, go the CPU way. EXIF-rotated
+    JPEGs go to the GPU with their orientation, which the crops read them by.
     """
 
     def __init__(self, cpu: Decoder, cpu_pixels: int | None = None):
@@ -181,7 +182,8 @@ class JpegPacker:
         self._large = min((p for p in (self.cpu_pixels, stamped) if p), default=0)
 
     def fill(self, batch, slot: int, data: bytes, seed: int) -> None:
-        reason, size = gpu_screen(data, self.cpu.mode, self.cpu.limits)
+        screen = gpu_screen(data, self.cpu.mode, self.cpu.limits)
+        reason, size = screen.refused, screen.size
         if reason is None and self._end + len(data) > len(batch.arena):
             reason = "arena_full"
         if reason is None and self._share > 0 and _unit(seed) < self._share:
@@ -196,13 +198,16 @@ class JpegPacker:
             self._time_on_cpu(batch, data, seed)
         batch.arena[self._end:self._end + len(data)] = np.frombuffer(data, np.uint8)
         batch.offsets[slot], batch.lengths[slot] = self._end, len(data)
+        batch.orientations[slot] = screen.orientation
         self._end += len(data)
         augment = self.cpu.augment
         if augment.train:
             # The crop box is drawn here, where the header was parsed anyway, with the same
-            # draws in the same order as Decoder: the GPU stage then does no per-image Python.
+            # draws in the same order as Decoder (in the upright frame, as it draws them): the
+            # GPU stage then does no per-image Python.
             rng = random.Random(seed)
-            box = random_resized_crop_box(size, augment.scale, augment.ratio, rng)
+            box = random_resized_crop_box(screen.upright_size, augment.scale, augment.ratio,
+                                          rng)
             batch.boxes[slot] = (*box, rng.random() < augment.flip)
 
     def take_fallbacks(self) -> dict:
@@ -235,27 +240,36 @@ def _unit(seed: int) -> float:
     return ((int(seed) * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF) / 2.0 ** 64
 
 
-def gpu_screen(data: bytes, mode: str, limits: Limits
-               ) -> tuple[str | None, tuple[int, int] | None]:
-    """(why nvJPEG should not get this image or None, its (width, height)), from headers."""
+class Screen(NamedTuple):
+    refused: str | None           # why nvJPEG should not get this image, or None
+    size: tuple[int, int] | None  # (width, height) as stored
+    orientation: int = 1          # EXIF orientation, 1-8: the GPU stage reads it upright
+
+    @property
+    def upright_size(self) -> tuple[int, int]:
+        """(width, height) once the orientation is applied: the frame of the crop box."""
+        return self.size[::-1] if self.orientation >= 5 else self.size
+
+
+def gpu_screen(data: bytes, mode: str, limits: Limits) -> Screen:
+    """Whether nvJPEG should get this image, its size and orientation, from headers."""
     if data[:3] != b"\xff\xd8\xff":
-        return "not_jpeg", None
+        return Screen("not_jpeg", None)
     try:
         img = Image.open(io.BytesIO(data), formats=("JPEG",))
     except Exception:
-        return "unreadable_header", None
+        return Screen("unreadable_header", None)
     width, height = img.size
     if width * height > limits.max_pixels or min(width, height) < 1:
-        return "size", img.size
+        return Screen("size", img.size)
     if img.mode not in ("RGB", "L"):
-        return "color_" + img.mode.lower(), img.size
+        return Screen("color_" + img.mode.lower(), img.size)
     if img.info.get("progressive") or img.info.get("progression"):
-        return "progressive", img.size
+        return Screen("progressive", img.size)
     if img.mode == "RGB" and JpegImagePlugin.get_sampling(img) == -1:
-        return "subsampling", img.size
-    if _orientation(img) != 1:
-        return "exif_orientation", img.size
-    return None, img.size
+        return Screen("subsampling", img.size)
+    orientation = _orientation(img)  # outside 1-8: upright, as exif_transpose leaves it
+    return Screen(None, img.size, orientation if 1 <= orientation <= 8 else 1)
 
 
 def open_image(data: bytes, formats: tuple[str, ...], limits: Limits) -> Image.Image:

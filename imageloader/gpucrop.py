@@ -101,6 +101,53 @@ def image_geometry(image) -> tuple[int, int, int, int, int, int]:
     return (face["data"][0], height, width, *strides)
 
 
+# EXIF orientation (1-8) as the view that shows the stored image upright: (transpose, then
+# flip its rows, flip its columns), as Pillow's ImageOps.exif_transpose turns the pixels
+# (e.g. 6, "rotate 90 clockwise": upright(y, x) = stored(H-1-x, y), the transpose flipped
+# left-right). Values outside 1-8 are upright, as Pillow leaves them.
+ORIENTATION_VIEWS = {1: (False, False, False), 2: (False, False, True),
+                     3: (False, True, True), 4: (False, True, False),
+                     5: (True, False, False), 6: (True, False, True),
+                     7: (True, True, True), 8: (True, True, False)}
+
+
+def upright_geometry(geometry: np.ndarray, orientations: np.ndarray) -> np.ndarray:
+    """Geometry rows (image_geometry's, one per image) of the upright views of the stored
+    images with these EXIF orientations: the same pixels read with their axes swapped and
+    negative strides from the far end, so that the crops read the image upright and nothing
+    is copied or turned first."""
+    orientations = np.asarray(orientations)
+    rows = np.asarray(geometry, np.int64).reshape(-1, 6)
+    if (orientations == 1).all():  # nearly every batch
+        return rows
+    rows = rows.copy()
+    for orientation in np.unique(orientations):
+        transpose, flip_rows, flip_cols = ORIENTATION_VIEWS.get(int(orientation),
+                                                                (False, False, False))
+        which = orientations == orientation
+        part = rows[which]
+        if transpose:
+            part[:, [1, 2]] = part[:, [2, 1]]
+            part[:, [4, 5]] = part[:, [5, 4]]
+        for flip, size, stride in ((flip_rows, 1, 4), (flip_cols, 2, 5)):
+            if flip:
+                part[:, 0] += (part[:, size] - 1) * part[:, stride]
+                part[:, stride] = -part[:, stride]
+        rows[which] = part
+    return rows
+
+
+def upright_tensor(image: torch.Tensor, orientation: int) -> torch.Tensor:
+    """A (C, H, W) image upright, as upright_geometry reads it (a transpose is a view; a
+    flip copies): for the crops without Triton and evaluation's resize."""
+    transpose, flip_rows, flip_cols = ORIENTATION_VIEWS.get(int(orientation),
+                                                            (False, False, False))
+    if transpose:
+        image = image.transpose(-1, -2)
+    dims = [d for d, flip in ((-2, flip_rows), (-1, flip_cols)) if flip]
+    return image.flip(dims) if dims else image
+
+
 def _image_table(images, boxes, slots, out_h, out_w) -> tuple[np.ndarray, np.ndarray]:
     """`images` as crop_resize_flip takes them. Per image: int64 (pointer, height, width, slot,
     grid_h, grid_w, flip, channel stride, row stride, column stride, and two places for the

@@ -137,8 +137,8 @@ class GpuDecode:
         batch = self._decode_in_one_call(arrays, slots)
         if batch is not None and batch.done.all() and self.augment.train and \
                 self._crop_by_address(
-                    batch.geometry, self._boxes_in_regions(arrays.boxes, slots, batch.origins),
-                    slots, out):
+                    gpucrop.upright_geometry(batch.geometry, self._orientations(arrays)[slots]),
+                    self._boxes_in_regions(arrays.boxes, slots, batch.origins), slots, out):
             self.counts[FALLBACK + "gpu_decoded"] += len(slots)
             return slots.tolist()
         return self._decode_one_by_one(arrays, slots.tolist(), out, batch)
@@ -155,18 +155,20 @@ class GpuDecode:
         images = [image if image is not None else self._decode_one(data, int(arrays.seeds[s]))
                   for image, data, s in zip(images, datas, slots)]
         boxes = self._boxes_in_images(arrays.boxes, slots, images)
+        orientations = self._orientations(arrays)
         kept, to_crop = [], []
         for slot, image in zip(slots, images):
             if image is None:
                 continue
             kept.append(slot)
             if isinstance(image, np.ndarray):  # decoded by Pillow after the GPU refused it
-                out[slot].copy_(torch.from_numpy(image))
+                out[slot].copy_(torch.from_numpy(image))  # (turned upright there too)
             elif self.augment.train:
                 to_crop.append((slot, image))
             else:
-                out[slot].copy_(self._center_crop(self._tensor(image)))
-        self.train_crops(to_crop, boxes, out)
+                upright = gpucrop.upright_tensor(self._tensor(image), orientations[slot])
+                out[slot].copy_(self._center_crop(upright))
+        self.train_crops(to_crop, boxes, out, orientations)
         by_pillow = sum(isinstance(image, np.ndarray) for image in images)
         self.counts[FALLBACK + "gpu_decoded"] += len(kept) - by_pillow
         return kept
@@ -187,6 +189,14 @@ class GpuDecode:
             log.info("batched GPU decode failed (%s); decoding one by one", error)
             return DecodedBatch.nothing(len(slots), self.cpu.channels)
 
+    def _orientations(self, arrays) -> np.ndarray:
+        """Per slot the EXIF orientation the crops read the decoded image by: the packers',
+        unless this lane's decoder turned its images upright itself (TorchCodec's does)."""
+        orientations = arrays.orientations
+        if (orientations == 1).all() or not getattr(self.jpeg, "turns_upright", False):
+            return orientations
+        return np.ones_like(orientations)
+
     @staticmethod
     def _jpeg_bytes(arrays, slot: int) -> np.ndarray:
         start = int(arrays.offsets[slot])
@@ -194,9 +204,14 @@ class GpuDecode:
 
     def _regions_wanted(self, arrays, slots) -> dict:
         """The crop boxes for decoders that decode large images as their crop's region only
-        (nvbatch's experiment, off by default): training crops, not evaluation's resize."""
-        return {"boxes": arrays.boxes[slots, :4]} \
-            if self.augment.train and getattr(self.jpeg, "regions_from", None) else {}
+        (nvbatch's experiment, off by default): training crops, not evaluation's resize.
+        A rotated JPEG's box is drawn upright, not in the frame it is decoded in: it is
+        decoded whole (a box past every edge)."""
+        if not (self.augment.train and getattr(self.jpeg, "regions_from", None)):
+            return {}
+        boxes = arrays.boxes[slots, :4].copy()
+        boxes[arrays.orientations[slots] != 1] = (0, 0, np.inf, np.inf)
+        return {"boxes": boxes}
 
     def _decode_again_together(self, images: list, datas: list) -> list:
         """The JPEGs the one call left undecoded (None), once more in one call of their own,
@@ -261,17 +276,25 @@ class GpuDecode:
             return pixels
         return image
 
-    def train_crops(self, pairs, boxes, out) -> None:
+    def train_crops(self, pairs, boxes, out, orientations: np.ndarray | None = None) -> None:
         """Each (slot, image) cropped to the box the packers drew, resized, flipped, into out
-        (public for scripts/bench/bench_gpu_crop.py, which times it alone)."""
+        (public for scripts/bench/bench_gpu_crop.py, which times it alone); `orientations`
+        (per slot, EXIF's): the images read upright, the frame of their boxes."""
         if not pairs:
             return
         slots = [slot for slot, _ in pairs]
-        if self._crop_by_address([image for _, image in pairs], boxes, slots, out):
+        turned = orientations is not None and bool((orientations[slots] != 1).any())
+        images = [image for _, image in pairs]
+        if turned and self.crop == "triton":  # it reads geometry rows as images: upright
+            images = gpucrop.upright_geometry([gpucrop.image_geometry(i) for i in images],
+                                              orientations[slots])
+        if self._crop_by_address(images, boxes, slots, out):
             return
         by_size = defaultdict(list)
         for slot, image in pairs:
             image = self._tensor(image)
+            if turned:
+                image = gpucrop.upright_tensor(image, orientations[slot])
             by_size[tuple(image.shape)].append((slot, image))
         for group in by_size.values():
             self._random_resized_crops(group, boxes, out)

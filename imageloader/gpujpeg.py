@@ -143,10 +143,33 @@ class TorchCodecJpeg:
         from torchcodec.decoders import decode_jpeg
         self.device, self._decode, self._mode = device, decode_jpeg, \
             "RGB" if mode == "RGB" else "GRAY"
+        self._turns_upright: bool | None = None
 
     def decode(self, datas: list[np.ndarray], fresh: bool = False) -> list:
         return self._decode([torch.from_numpy(d) for d in datas], mode=self._mode,
                             device=self.device)
+
+    @property
+    def turns_upright(self) -> bool:
+        """Whether its images come back turned by their EXIF orientation (TorchCodec 0.17
+        turns them on CUDA, with no way to ask it not to; nvImageCodec and torchvision are
+        asked not to): asked of it once, when the first rotated JPEG comes."""
+        if self._turns_upright is None:
+            self._turns_upright = decoder_turns_upright(self.decode)
+        return self._turns_upright
+
+
+def decoder_turns_upright(decode: Callable[[list[np.ndarray]], list]) -> bool:
+    """Whether `decode` (a JPEG decoder's, a list of JPEGs' bytes to C x H x W images) turns
+    a JPEG tagged with EXIF orientation 6 (turned a quarter: stored 16 x 8, upright 8 x 16)."""
+    from PIL import Image  # the packers' dependency; imported here only when asked
+
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    data = io.BytesIO()
+    Image.new("RGB", (16, 8)).save(data, "JPEG", exif=exif.tobytes())
+    image = decode([np.frombuffer(data.getvalue(), np.uint8).copy()])[0]
+    return tuple(image.shape[-2:]) == (16, 8)
 
 
 class NvImageCodecJpeg:

@@ -21,14 +21,19 @@ POISON = 7
 
 def random_case(rng, count, channels, max_side):
     """Images of mixed sizes and layouts (planar, and every third one interleaved: a strided
-    C x H x W view of H x W x C memory) and boxes of every kind: whole image, one pixel, thin
-    strips (upscaling on one axis, area sampling on the other), random crops."""
-    images, boxes = [], []
+    C x H x W view of H x W x C memory), every other one with an EXIF orientation (read
+    upright: axes swapped, negative strides), and boxes of every kind in the upright frame:
+    whole image, one pixel, thin strips (upscaling on one axis, area sampling on the other),
+    random crops."""
+    images, boxes, orientations = [], [], []
     for k in range(count):
         height, width = (int(v) for v in rng.integers(1, max_side + 1, size=2))
         pixels = rng.integers(0, 256, (height, width, channels), dtype=np.uint8)
         image = torch.from_numpy(pixels).permute(2, 0, 1)
         images.append(image if k % 3 == 2 else image.contiguous())
+        orientations.append(int(rng.integers(2, 9)) if k % 2 else 1)
+        if orientations[-1] >= 5:
+            height, width = width, height
         kind = k % 4
         if kind == 0:
             box = (0, 0, width, height)
@@ -40,7 +45,7 @@ def random_case(rng, count, channels, max_side):
             top, left = int(rng.integers(0, height - h + 1)), int(rng.integers(0, width - w + 1))
             box = (left, top, left + w, top + h)
         boxes.append((*box, float(rng.random() < 0.5)))
-    return images, np.array(boxes, np.float32)
+    return images, np.array(boxes, np.float32), np.array(orientations)
 
 
 def reference(image, box, out_hw):
@@ -54,15 +59,19 @@ def reference(image, box, out_hw):
 def compare(device: str, seed: int, count: int, channels: int, max_side: int,
             out_hw: tuple[int, int]) -> dict:
     rng = np.random.default_rng(seed)
-    images, boxes = random_case(rng, count, channels, max_side)
+    images, boxes, orientations = random_case(rng, count, channels, max_side)
     batch = count + 2  # two slots the kernel is not given: they must keep the poison
     slots = [int(s) for s in rng.permutation(batch)[:count]]
     out = torch.full((batch, *out_hw, channels), POISON, dtype=torch.uint8, device=device)
     # .to() keeps the strides of the interleaved ones (a dense permuted layout)
-    gpucrop.crop_resize_flip([image.to(device) for image in images], boxes, slots, out)
+    on_device = [image.to(device) for image in images]
+    upright = gpucrop.upright_geometry([gpucrop.image_geometry(i) for i in on_device],
+                                       orientations)
+    gpucrop.crop_resize_flip(upright, boxes, slots, out)
     out = out.cpu()
-    diffs = [(out[slot].double() - reference(image, box, out_hw)).abs()
-             for image, box, slot in zip(images, boxes, slots)]
+    diffs = [(out[slot].double()
+              - reference(gpucrop.upright_tensor(image, orientation), box, out_hw)).abs()
+             for image, box, slot, orientation in zip(images, boxes, slots, orientations)]
     untouched = [s for s in range(batch) if s not in slots]
     return {"max": max(d.max().item() for d in diffs),
             "mean": float(np.mean([d.mean().item() for d in diffs])),

@@ -15,18 +15,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from PIL import Image, ImageOps
 
 from conftest import (assert_labels_match_pixels, class_level, encode, labeled_files, photo,
                       solid, write_archive)
-from imageloader import ImageLoader, Options
+from imageloader import ImageLoader, Options, gpucrop
 from imageloader.batch import FALLBACK, batch_layout, views_of
 from imageloader.decode import Augment, Decoder, JpegPacker, gpu_screen
 from imageloader.errors import Limits
 from imageloader.gpudecode import GpuDecode, Packed, choose_crop
 from imageloader.prefetch import Backlog
 from imageloader.gpujpeg import (DECODERS, ENGINES, NvImageCodecJpeg, SplitJpeg, available,
-                                 has_jpeg_engines)
+                                 decoder_turns_upright, has_jpeg_engines)
 from imageloader.pool import BufferPool
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -49,10 +49,15 @@ def progressive_jpeg(level):
     return encode(Image.new("RGB", (40, 30), (level,) * 3), "JPEG", progressive=True)
 
 
-def rotated_jpeg(level):
+def exif_oriented(image: Image.Image, orientation: int, **options) -> bytes:
+    """`image` stored as a JPEG tagged with this EXIF orientation (the pixels as they are)."""
     exif = Image.Exif()
-    exif[0x0112] = 6
-    return encode(Image.new("RGB", (40, 30), (level,) * 3), "JPEG", exif=exif.tobytes())
+    exif[0x0112] = orientation
+    return encode(image, "JPEG", exif=exif.tobytes(), **options)
+
+
+def rotated_jpeg(level):
+    return exif_oriented(Image.new("RGB", (40, 30), (level,) * 3), 6)
 
 
 def test_screening_sends_only_baseline_jpegs_to_the_gpu():
@@ -62,7 +67,9 @@ def test_screening_sends_only_baseline_jpegs_to_the_gpu():
     assert gpu_screen(solid(50, fmt="PNG"), "RGB", limits)[0] == "not_jpeg"
     assert gpu_screen(cmyk_jpeg(50), "RGB", limits)[0] == "color_cmyk"
     assert gpu_screen(progressive_jpeg(50), "RGB", limits)[0] == "progressive"
-    assert gpu_screen(rotated_jpeg(50), "RGB", limits)[0] == "exif_orientation"
+    rotated = gpu_screen(rotated_jpeg(50), "RGB", limits)  # to the GPU, read upright there
+    assert rotated.refused is None and rotated.orientation == 6
+    assert rotated.size == (40, 30) and rotated.upright_size == (30, 40)
     assert gpu_screen(solid(50), "RGB", Limits(max_pixels=10))[0] == "size"
 
 
@@ -218,16 +225,25 @@ class PillowJpeg:
     name = "pillow"
     device = torch.device("cpu")
 
+    turns_upright = False  # as nvImageCodec and torchvision are asked to decode
+
     def decode(self, datas, fresh=False):  # new tensors every time
         images = []
         for data in datas:
             try:  # failing as nvJPEG does: RuntimeError
                 with Image.open(io.BytesIO(data.tobytes()), formats=("JPEG",)) as img:
+                    img = ImageOps.exif_transpose(img) if self.turns_upright else img
                     pixels = np.array(img.convert("RGB"))
             except (OSError, ValueError) as error:
                 raise RuntimeError(f"not decodable: {error}") from error
             images.append(torch.from_numpy(pixels).permute(2, 0, 1))
         return images
+
+
+class UprightPillowJpeg(PillowJpeg):
+    """As TorchCodec decodes on CUDA: every image turned by its EXIF orientation."""
+
+    turns_upright = True
 
 
 def cpu_jpeg_decoder():
@@ -253,6 +269,8 @@ class EnginePillow(PillowJpeg):
 def cpu_decoders(name):
     if name == "pillow":
         return cpu_jpeg_decoder()
+    if name == "pillow-upright":
+        return [UprightPillowJpeg()]
     if name == "split":
         return [SplitJpeg(EnginePillow("hw"), EnginePillow("hybrid"), share=0.4)]
     pytest.importorskip("nvidia.nvimgcodec")
@@ -277,6 +295,64 @@ def test_gpu_stage_geometry_matches_the_cpu_path(train, decoder):
         cpu(data, reference, 1000 + slot)  # same seed: same crop box and flip
         ours = images[slot].permute(1, 2, 0).numpy().astype(int)
         assert np.abs(ours - reference).mean() <= 2.0, slot
+
+
+@pytest.mark.parametrize("orientation", [*range(1, 9), 0, 9])
+def test_upright_views_read_what_pillows_exif_transpose_turns(orientation):
+    """gpucrop's upright views of a stored image, as geometry rows (what the crop kernel reads:
+    address, sizes and strides, negative ones included) and as a tensor (roi_align's crops,
+    evaluation's resize), give the pixels of Pillow's exif_transpose for every orientation;
+    0 and 9 are not orientations and stay as stored, as Pillow leaves them."""
+    stored = np.random.default_rng(orientation).integers(0, 256, (5, 7, 3), dtype=np.uint8)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    tagged = Image.open(io.BytesIO(encode(Image.fromarray(stored), "PNG", exif=exif.tobytes())))
+    upright = np.array(ImageOps.exif_transpose(tagged))
+    image = torch.from_numpy(stored).permute(2, 0, 1)  # C x H x W view of H x W x C memory
+    assert np.array_equal(gpucrop.upright_tensor(image, orientation).permute(1, 2, 0), upright)
+    address, height, width, *strides = gpucrop.upright_geometry(
+        [gpucrop.image_geometry(image)], [orientation])[0]
+    index = (address - image.data_ptr()) + np.arange(3) * strides[0] \
+        + np.arange(height)[:, None, None] * strides[1] + np.arange(width)[:, None] * strides[2]
+    assert np.array_equal(stored.reshape(-1)[index], upright)
+
+
+@pytest.mark.parametrize("decoder", ["pillow", "nvimgcodec", "split", "pillow-upright"])
+@pytest.mark.parametrize("train", [False, True])
+def test_rotated_jpegs_go_to_the_gpu_stage_and_come_out_as_the_cpu_path_turns_them(train,
+                                                                                  decoder):
+    """A JPEG with an EXIF orientation is packed for the GPU with it (no longer decoded on the
+    CPU for it), and the GPU stage (run on the CPU, as above) reads it upright: its crop box
+    drawn in the upright frame with the CPU path's draws, so the pixels are the CPU path's,
+    not those of the image as stored, for all eight orientations; and not turned twice where
+    the decoder turned it already ("pillow-upright", as TorchCodec does)."""
+    texture = Image.open(io.BytesIO(photo(7, (120, 80), fmt="PNG")))
+    files = [exif_oriented(texture, orientation) for orientation in range(1, 9)]
+    augment = Augment.make(48, train)
+    buf, cpu = packed_batch(files, augment)
+    assert (buf.arrays.lengths[:8] > 0).all()  # every one packed for the GPU
+    assert buf.arrays.orientations[:8].tolist() == list(range(1, 9))
+    stage = GpuDecode(cpu, None, torch.device("cpu"), cpu_decoders(decoder))
+    images, labels = stage(Packed(buf))
+    assert labels.tolist() == list(range(8))
+    as_stored = files[0]  # orientation 1: the same pixels, not turned
+    for slot, data in enumerate(files):
+        reference, unturned = (np.empty(cpu.out_shape, np.uint8) for _ in range(2))
+        cpu(data, reference, 1000 + slot)  # same seed: same crop box and flip
+        cpu(as_stored, unturned, 1000 + slot)
+        ours = images[slot].permute(1, 2, 0).numpy().astype(int)
+        assert np.abs(ours - reference).mean() <= 2.0, slot
+        if slot > 0:  # what reading it as stored would have given
+            assert np.abs(ours - unturned.astype(int)).mean() > 8.0, slot
+    assert FALLBACK + "exif_orientation" not in stage.take_counts()
+
+
+def test_a_decoder_is_asked_once_whether_it_turns_images_upright():
+    """gpujpeg.decoder_turns_upright, on stand-ins for a decoder that turns images by their
+    EXIF orientation (TorchCodec's on CUDA) and one that does not (as nvImageCodec and
+    torchvision are asked); TorchCodecJpeg asks it on the first rotated JPEG, then keeps it."""
+    assert decoder_turns_upright(UprightPillowJpeg().decode) is True
+    assert decoder_turns_upright(PillowJpeg().decode) is False
 
 
 def test_what_the_engines_refuse_is_counted_once_as_a_fallback(monkeypatch):
@@ -534,8 +610,8 @@ def test_cuda_decode_train_labels_pixels_and_fallbacks(tmp_path):
         images = torch.cat([x for x, _ in pairs])
         labels = torch.cat([y for _, y in pairs])
         assert_labels_match_pixels(images, labels, tolerance=8)
-        assert loader.stats.fallbacks == {"gpu_decoded": 24, "color_cmyk": 1, "progressive": 1,
-                                          "exif_orientation": 1, "not_jpeg": 1}
+        assert loader.stats.fallbacks == {"gpu_decoded": 25, "color_cmyk": 1, "progressive": 1,
+                                          "not_jpeg": 1}
 
 
 @cuda
@@ -778,13 +854,14 @@ def test_the_preferred_nvimgcodec_decoder_is_the_engines_probe_and_lanes_reuse_i
 
 def varied_jpegs() -> list[bytes]:
     """Photos as collections hold them: sizes from tiny to 5 MP, every chroma subsampling,
-    grayscale."""
-    specs = [((64, 48), 2), ((500, 375), 2), ((375, 500), 1), ((333, 251), 0),
-             ((2600, 1950), 2), ((1700, 2400), 0), ((97, 301), 1), ((250, 250), 2)]
+    grayscale, EXIF orientations (a camera's portrait and upside-down shots, a mirror)."""
+    specs = [((64, 48), 2, 1), ((500, 375), 2, 1), ((375, 500), 1, 1), ((333, 251), 0, 1),
+             ((2600, 1950), 2, 1), ((1700, 2400), 0, 1), ((97, 301), 1, 1), ((250, 250), 2, 1),
+             ((640, 427), 2, 6), ((480, 360), 2, 8), ((300, 200), 0, 3), ((427, 320), 1, 5)]
     files = []
-    for seed, (size, subsampling) in enumerate(specs):
+    for seed, (size, subsampling, orientation) in enumerate(specs):
         image = Image.open(io.BytesIO(photo(seed, size, fmt="PNG")))
-        files.append(encode(image, "JPEG", quality=90, subsampling=subsampling))
+        files.append(exif_oriented(image, orientation, quality=90, subsampling=subsampling))
     files.append(encode(Image.open(io.BytesIO(photo(99, (320, 240), fmt="PNG"))).convert("L"),
                         "JPEG"))
     return files

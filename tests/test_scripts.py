@@ -126,6 +126,31 @@ def test_make_imagenet_like_is_reproducible_whatever_the_jobs(make_imagenet_like
     assert (tmp_path / "a.tgz").read_bytes() == (tmp_path / "b.tgz").read_bytes()
 
 
+def test_make_imagenet_like_exif_share_tags_that_share_and_changes_nothing_else(
+        make_imagenet_like, tmp_path):
+    """--exif-share: about that share of the photos carry a camera's EXIF orientation (6, 8
+    or 3), with the same pixels and sizes as without it; without it the bytes are unchanged."""
+    common = ["--images", 200, "--classes", 2, "--sizes", "photos", "--jobs", 1]
+    for name, extra in (("plain", []), ("zero", ["--exif-share", 0]),
+                        ("tagged", ["--exif-share", 0.3])):
+        make_imagenet_like.main(script_args(make_imagenet_like, "--out", tmp_path / f"{name}.tgz",
+                                            *common, *extra))
+    assert (tmp_path / "plain.tgz").read_bytes() == (tmp_path / "zero.tgz").read_bytes()
+    plain, tagged = read_members(tmp_path / "plain.tgz"), read_members(tmp_path / "tagged.tgz")
+    assert list(plain) == list(tagged)
+    orientations = []
+    for name, data in tagged.items():
+        with Image.open(io.BytesIO(data)) as image, Image.open(io.BytesIO(plain[name])) as bare:
+            orientations.append(image.getexif().get(0x0112, 1))
+            assert image.size == bare.size and bare.getexif().get(0x0112, 1) == 1
+            assert np.array_equal(np.asarray(image), np.asarray(bare))
+    assert set(orientations) <= {1, 3, 6, 8} and 6 in orientations
+    assert 40 <= sum(o != 1 for o in orientations) <= 80  # 30% of 200, give or take
+    with pytest.raises(ValueError, match="--exif-share"):
+        make_imagenet_like.main(script_args(make_imagenet_like, "--out", tmp_path / "x.tgz",
+                                            "--exif-share", 1.5))
+
+
 def test_crc32_combine_matches_crc_of_concatenation(make_imagenet_like):
     rng = random.Random(0)
     for length_a, length_b in [(0, 0), (1, 0), (0, 7), (513, 4096), (3, (1 << 20) + 5)]:

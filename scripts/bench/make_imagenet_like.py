@@ -5,7 +5,8 @@ Two kinds of collection (``--sizes``):
 - ``photos``: what real photo collections look like: widths 250-800 px with any aspect
   (1:2 to 2:1), a tail of ~4% large photos 1,600-2,600 px wide, qualities 75-95, chroma
   subsampling mostly 4:2:0 with some 4:4:4 and 4:2:2, ~2% grayscale and ~1% progressive
-  JPEGs (mean ~0.5 MP and ~110-130 KB per file). A loader tuned on ``fixed`` alone can
+  JPEGs (mean ~0.5 MP and ~110-130 KB per file). ``--exif-share`` tags a share of either
+  kind with a phone camera's EXIF orientations. A loader tuned on ``fixed`` alone can
   be several times slower here: large images dominate decode time.
 
 Nothing is downloaded and nothing needs committing: the images are drawn from a
@@ -81,6 +82,10 @@ QUALITIES = (75, 95)
 # (PIL subsampling code, cumulative probability): 2 = 4:2:0, 0 = 4:4:4, 1 = 4:2:2.
 SUBSAMPLING = ((2, 0.80), (0, 0.90), (1, 1.0))
 GRAY_SHARE = 0.02
+# --exif-share: (EXIF orientation, cumulative probability) of a tagged photo: a phone held
+# upright (6, the most common), the other way (8), upside down (3).
+CAMERA_ORIENTATIONS = ((6, 0.70), (8, 0.85), (3, 1.0))
+EXIF_ORIENTATION = 0x0112
 PROGRESSIVE_SHARE = 0.01
 TAR_BLOCK = tarfile.BLOCKSIZE  # 512
 TAR_RECORD = tarfile.RECORDSIZE  # 10240: tarfile pads the finished archive to this
@@ -109,6 +114,10 @@ def get_args_parser():
         default=0,
         help="0: only the single .tgz; N>0: also write the same images as N archives <stem>-shard-0000k.tgz",
     )
+    parser.add_argument("--exif-share", type=float, default=0.0, metavar="FRACTION",
+                        help="this share of the images carry an EXIF orientation, as a phone "
+                             "camera's photos do (mostly 6, some 8 and 3); 0 keeps the bytes "
+                             "of an archive made without it")
     parser.add_argument("--seed", type=int, default=0, help="seed of the images and of the member order")
     parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="worker processes; 1 runs in-process")
     parser.add_argument("--compresslevel", type=int, default=6, help="deflate level, 0-9")
@@ -257,16 +266,36 @@ def photo_spec(seed, index):
                      bool(rng.random() < GRAY_SHARE), bool(rng.random() < PROGRESSIVE_SHARE))
 
 
+def exif_orientation(settings, index):
+    """--exif-share: the EXIF orientation a camera gave image `index` (1: none), from a stream
+    of its own, so that an archive without the option keeps its bytes."""
+    share = settings.get("exif_share", 0.0)
+    if not share:
+        return 1
+    rng = np.random.default_rng([settings["seed"], index, 2])
+    if rng.random() >= share:
+        return 1
+    draw = rng.random()
+    return next(orientation for orientation, upto in CAMERA_ORIENTATIONS if draw < upto)
+
+
 def make_jpeg(settings, index):
     """The JPEG bytes of image `index` for this collection."""
+    options = {}
+    orientation = exif_orientation(settings, index)
+    if orientation != 1:
+        exif = Image.Exif()
+        exif[EXIF_ORIENTATION] = orientation
+        options["exif"] = exif.tobytes()
     if settings.get("sizes", "fixed") == "fixed":
         image = synthesize_image(settings["seed"], index, settings["width"], settings["height"])
-        return encode_jpeg(image, settings["quality"])
+        return encode_jpeg(image, settings["quality"], **options)
     spec = photo_spec(settings["seed"], index)
     image = synthesize_image(settings["seed"], index, spec.width, spec.height, grain=add_grain)
     if spec.gray:
         image = image.convert("L")
-    return encode_jpeg(image, spec.quality, subsampling=spec.subsampling, progressive=spec.progressive)
+    return encode_jpeg(image, spec.quality, subsampling=spec.subsampling, progressive=spec.progressive,
+                       **options)
 
 
 def tar_member_block(name, data):
@@ -424,6 +453,8 @@ def validate(args):
         raise ValueError("--images and --classes must be >= 1")
     if not 0 <= args.shards <= args.images:
         raise ValueError(f"--shards must be in 0..--images, got {args.shards}")
+    if not 0 <= args.exif_share <= 1:
+        raise ValueError(f"--exif-share must be in 0..1, got {args.exif_share}")
 
 
 def image_size(settings, index):
@@ -471,6 +502,7 @@ def main(args):
         "quality": args.quality,
         "sizes": args.sizes,
         "compresslevel": args.compresslevel,
+        "exif_share": args.exif_share,
     }
     shard_of_piece, tasks = zip(*build_tasks(shuffled_order(args.images, args.seed), args.shards, settings))
 

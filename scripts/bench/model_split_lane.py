@@ -38,9 +38,9 @@ def jpeg_sizes(archive: str, limit: int) -> np.ndarray:
             if not member.isfile():
                 continue
             data = tar.extractfile(member).read()
-            refused, size = gpu_screen(data, "RGB", limits)  # the header's size, once
-            if refused is None:
-                rows.append((len(data), size[0] * size[1] / 1e6))
+            screen = gpu_screen(data, "RGB", limits)  # the header's size, once
+            if screen.refused is None:
+                rows.append((len(data), screen.size[0] * screen.size[1] / 1e6))
                 if len(rows) == limit:
                     break
     return np.array(rows, dtype=float)
