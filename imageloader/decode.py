@@ -191,6 +191,7 @@ class JpegPacker:
         if reason is None and self._large and size[0] * size[1] >= self._large:
             reason = "cpu_large"
         if reason is not None:
+            batch.orientations[slot] = 1  # decoded upright here: nothing left to turn
             self.cpu.fill(batch, slot, data, seed)  # raises SampleError; sets lengths 0
             self.fallbacks[reason] += 1
             return

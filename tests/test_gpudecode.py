@@ -142,11 +142,12 @@ def test_a_refused_image_clears_what_the_slot_held_in_the_last_batch():
     batch = views_of(bytearray(layout.nbytes), layout)
     packer = JpegPacker(Decoder(Augment.make(8, False)))
     packer.start(batch)
-    packer.fill(batch, 0, solid(60), 1)
-    assert batch.lengths[0] > 0
+    packer.fill(batch, 0, rotated_jpeg(60), 1)
+    assert batch.lengths[0] > 0 and batch.orientations[0] == 6
     packer.start(batch)  # the buffer's next batch: slot 0 now gets a PNG
     packer.fill(batch, 0, solid(70, fmt="PNG"), 2)
     assert batch.lengths[0] == 0 and (batch.images[0] == 70).all()
+    assert batch.orientations[0] == 1  # nothing for the GPU stage to turn
 
 
 def test_cpu_share_decodes_that_share_on_the_cpu_the_same_images_every_time():
