@@ -151,6 +151,33 @@ def test_make_imagenet_like_exif_share_tags_that_share_and_changes_nothing_else(
                                             "--exif-share", 1.5))
 
 
+def test_make_imagenet_like_progressive_share_makes_that_share_progressive(make_imagenet_like,
+                                                                          tmp_path):
+    """--progressive-share: about that share of the photos progressive, the others the same
+    bytes as without it; the default is the archive's 1%; photos only."""
+    common = ["--images", 200, "--classes", 2, "--sizes", "photos", "--jobs", 1]
+    for name, extra in (("plain", []), ("default", ["--progressive-share", 0.01]),
+                        ("many", ["--progressive-share", 0.4]),
+                        ("none", ["--progressive-share", 0])):
+        make_imagenet_like.main(script_args(make_imagenet_like, "--out", tmp_path / f"{name}.tgz",
+                                            *common, *extra))
+    assert (tmp_path / "plain.tgz").read_bytes() == (tmp_path / "default.tgz").read_bytes()
+    plain = read_members(tmp_path / "plain.tgz")
+
+    def progressive(members):
+        return {name for name, data in members.items()
+                if Image.open(io.BytesIO(data)).info.get("progressive")}
+
+    for name, low, high in (("many", 50, 110), ("none", 0, 0)):
+        members = read_members(tmp_path / f"{name}.tgz")
+        changed = progressive(members) ^ progressive(plain)
+        assert low <= len(progressive(members)) <= high
+        assert all(members[m] == data for m, data in plain.items() if m not in changed)
+    with pytest.raises(ValueError, match="--progressive-share"):
+        make_imagenet_like.main(script_args(make_imagenet_like, "--out", tmp_path / "x.tgz",
+                                            "--progressive-share", 0.5))  # --sizes fixed
+
+
 def test_crc32_combine_matches_crc_of_concatenation(make_imagenet_like):
     rng = random.Random(0)
     for length_a, length_b in [(0, 0), (1, 0), (0, 7), (513, 4096), (3, (1 << 20) + 5)]:

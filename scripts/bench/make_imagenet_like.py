@@ -5,9 +5,12 @@ Two kinds of collection (``--sizes``):
 - ``photos``: what real photo collections look like: widths 250-800 px with any aspect
   (1:2 to 2:1), a tail of ~4% large photos 1,600-2,600 px wide, qualities 75-95, chroma
   subsampling mostly 4:2:0 with some 4:4:4 and 4:2:2, ~2% grayscale and ~1% progressive
-  JPEGs (mean ~0.5 MP and ~110-130 KB per file). ``--exif-share`` tags a share of either
-  kind with a phone camera's EXIF orientations. A loader tuned on ``fixed`` alone can
-  be several times slower here: large images dominate decode time.
+  JPEGs (mean ~0.5 MP and ~110-130 KB per file). A loader tuned on ``fixed`` alone can be
+  several times slower here: large images dominate decode time.
+
+``--exif-share`` tags a share of either kind with a phone camera's EXIF orientations, and
+``--progressive-share`` sets the share of progressive photos (web collections hold more than
+1%): what real collections send down slower paths.
 
 Nothing is downloaded and nothing needs committing: the images are drawn from a
 seeded generator, so the same ``--seed`` always gives the same archive bytes
@@ -118,6 +121,10 @@ def get_args_parser():
                         help="this share of the images carry an EXIF orientation, as a phone "
                              "camera's photos do (mostly 6, some 8 and 3); 0 keeps the bytes "
                              "of an archive made without it")
+    parser.add_argument("--progressive-share", type=float, default=None, metavar="FRACTION",
+                        help=f"--sizes photos: this share of the photos progressive JPEGs, as "
+                             f"web collections hold more of them (default {PROGRESSIVE_SHARE}; "
+                             f"the other photos and their order stay as they are)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the images and of the member order")
     parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="worker processes; 1 runs in-process")
     parser.add_argument("--compresslevel", type=int, default=6, help="deflate level, 0-9")
@@ -248,9 +255,10 @@ class PhotoSpec(NamedTuple):
     progressive: bool
 
 
-def photo_spec(seed, index):
+def photo_spec(seed, index, progressive_share=PROGRESSIVE_SHARE):
     """The size and encoding of image `index`: a stream of its own, so the pixels (keyed
-    [seed, index]) and this spec are independent and neither depends on --jobs."""
+    [seed, index]) and this spec are independent and neither depends on --jobs. Another
+    `progressive_share` moves only the threshold of the same draw."""
     rng = np.random.default_rng([seed, index, 1])
     if rng.random() < LARGE_SHARE:  # a camera photo: its long side 1,600-2,600 px, 4:3 to 16:9
         long_side = int(rng.integers(LARGE_WIDTHS[0], LARGE_WIDTHS[1] + 1))
@@ -263,7 +271,7 @@ def photo_spec(seed, index):
     draw = rng.random()
     subsampling = next(code for code, upto in SUBSAMPLING if draw < upto)
     return PhotoSpec(width, height, int(rng.integers(QUALITIES[0], QUALITIES[1] + 1)), subsampling,
-                     bool(rng.random() < GRAY_SHARE), bool(rng.random() < PROGRESSIVE_SHARE))
+                     bool(rng.random() < GRAY_SHARE), bool(rng.random() < progressive_share))
 
 
 def exif_orientation(settings, index):
@@ -290,7 +298,8 @@ def make_jpeg(settings, index):
     if settings.get("sizes", "fixed") == "fixed":
         image = synthesize_image(settings["seed"], index, settings["width"], settings["height"])
         return encode_jpeg(image, settings["quality"], **options)
-    spec = photo_spec(settings["seed"], index)
+    share = settings.get("progressive_share")
+    spec = photo_spec(settings["seed"], index, PROGRESSIVE_SHARE if share is None else share)
     image = synthesize_image(settings["seed"], index, spec.width, spec.height, grain=add_grain)
     if spec.gray:
         image = image.convert("L")
@@ -455,6 +464,10 @@ def validate(args):
         raise ValueError(f"--shards must be in 0..--images, got {args.shards}")
     if not 0 <= args.exif_share <= 1:
         raise ValueError(f"--exif-share must be in 0..1, got {args.exif_share}")
+    if args.progressive_share is not None and (args.sizes != "photos"
+                                               or not 0 <= args.progressive_share <= 1):
+        raise ValueError(f"--progressive-share must be in 0..1, with --sizes photos; got "
+                         f"{args.progressive_share} with --sizes {args.sizes}")
 
 
 def image_size(settings, index):
@@ -503,6 +516,7 @@ def main(args):
         "sizes": args.sizes,
         "compresslevel": args.compresslevel,
         "exif_share": args.exif_share,
+        "progressive_share": args.progressive_share,
     }
     shard_of_piece, tasks = zip(*build_tasks(shuffled_order(args.images, args.seed), args.shards, settings))
 
