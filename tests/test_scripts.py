@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from conftest import gzip_header_mtime, photo, read_members, write_archive
+from conftest import encode, gzip_header_mtime, photo, read_members, write_archive
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS_DIR = REPO_ROOT / "scripts" / "bench"
@@ -1336,6 +1336,12 @@ def test_bench_loader_cpu_reports_the_trials_bound_beside_the_rate_it_bounds(mon
     result = script.main(args)
     assert result["probe_bound"]["images"] == 6 and result["img_per_s"] > 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1]) == result
+    # JPEGs the packers never send to the GPU (progressive) are never probed: no bound
+    files = [(f"train/c{k % 3}/{k}.jpg", encode(Image.open(io.BytesIO(photo(k, (96, 64)))),
+                                                 "JPEG", progressive=True)) for k in range(6)]
+    archive = write_archive(tmp_path / "progressive.tgz", files)
+    assert script.probe_bound(str(archive), 4, 32, workers=3) == \
+        {"images": 0, "cpu_ms_per_image": None, "img_per_s": None}
 
 
 # --- scaling ----------------------------------------------------------------------------

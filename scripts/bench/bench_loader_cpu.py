@@ -44,6 +44,8 @@ def probe_bound(archive: str, images: int, size: int, workers: int) -> dict:
     for slot, data in enumerate(jpegs):
         packer.fill(batch, slot, data, 1000 + slot)
     seconds, timed = float(batch.cpu_probe[1]), int(batch.cpu_probe[2])
+    if timed == 0:  # e.g. all progressive: none packed for the GPU, so none probed
+        return {"images": 0, "cpu_ms_per_image": None, "img_per_s": None}
     return {"images": timed, "cpu_ms_per_image": round(1000 * seconds / timed, 3),
             "img_per_s": round(max(workers, 1) * timed / seconds, 1)}
 
@@ -65,7 +67,8 @@ def main(args) -> dict:
               "img_per_s": round(images / seconds, 1), "epochs": args.epochs,
               "cpu_ms_per_image": round(1000 * cpu / images, 3)}
     if bound is not None:
-        over = round(bound["img_per_s"] / result["img_per_s"], 2)  # >= 1: a bound indeed
+        over = None if bound["img_per_s"] is None else \
+            round(bound["img_per_s"] / result["img_per_s"], 2)  # >= 1: a bound indeed
         result["probe_bound"] = {**bound, "over_rate": over}
     print(json.dumps(result))
     return result
