@@ -245,11 +245,7 @@ class Screen(NamedTuple):
     refused: str | None           # why nvJPEG should not get this image, or None
     size: tuple[int, int] | None  # (width, height) as stored
     orientation: int = 1          # EXIF orientation, 1-8: the GPU stage reads it upright
-
-    @property
-    def upright_size(self) -> tuple[int, int]:
-        """(width, height) once the orientation is applied: the frame of the crop box."""
-        return self.size[::-1] if self.orientation >= 5 else self.size
+    upright_size: tuple[int, int] | None = None  # (width, height) upright: the crop box's frame
 
 
 def gpu_screen(data: bytes, mode: str, limits: Limits) -> Screen:
@@ -270,7 +266,8 @@ def gpu_screen(data: bytes, mode: str, limits: Limits) -> Screen:
     if img.mode == "RGB" and JpegImagePlugin.get_sampling(img) == -1:
         return Screen("subsampling", img.size)
     orientation = _orientation(img)  # outside 1-8: upright, as exif_transpose leaves it
-    return Screen(None, img.size, orientation if 1 <= orientation <= 8 else 1)
+    orientation = orientation if 1 <= orientation <= 8 else 1
+    return Screen(None, img.size, orientation, _upright_size(img, orientation))
 
 
 def open_image(data: bytes, formats: tuple[str, ...], limits: Limits) -> Image.Image:

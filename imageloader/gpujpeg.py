@@ -30,7 +30,9 @@ last. nvJPEG's batched hardware decoder called directly (scripts/bench/probe_nvj
 decodes photos no faster: its host side costs ~0.7 us per KB of JPEG either way, and the
 engines top out near 15-16k photos/s on an H200 whoever feeds them. On small uniform JPEGs
 it halves the call, and beside ResNet-18's steps two such lanes cost them 10% where two of
-nvImageCodec's cost 22% (500x375; not measured on photos yet). It gets grayscale JPEGs wrong.
+nvImageCodec's cost 22% (500x375). Yet as the loader's lanes (branch nvjpeg-lane) they fed
+ResNet-18 no faster on either kind of data (scripts/bench/results/2026-11-30-h200-nvjpeglane),
+so the loader does not call it. It gets grayscale JPEGs wrong.
 
 nvImageCodec can be held to one engine: the GPU's hardware JPEG engines ("hw"; A100, H100,
 H200), CUDA kernels ("cuda") or its own choice per image ("all"). Where the GPU has engines the
