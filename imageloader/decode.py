@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import random
 import time
 import warnings
@@ -27,6 +28,7 @@ from .errors import Limits, SampleError
 
 ALLOWED_FORMATS = ("JPEG", "PNG", "BMP", "GIF", "TIFF", "WEBP", "PPM")
 _EXIF_ORIENTATION = 0x0112
+GPU_PROGRESSIVE = "IMAGELOADER_GPU_PROGRESSIVE"  # JpegPacker's experiment (set to 1)
 _SIXTEEN_BIT = {"I;16", "I;16B", "I;16L", "I;16N", "I"}
 
 
@@ -156,6 +158,11 @@ class JpegPacker:
         # image (~11 ms for 2.4 MP against ~3 ms for 0.34 MP, one core).
         self.cpu_pixels = cpu_pixels
         self.fallbacks: Counter = Counter()
+        # An experiment, off unless IMAGELOADER_GPU_PROGRESSIVE=1: progressive JPEGs go to
+        # the GPU too, where the engines refuse them and a hybrid backend decodes them in the
+        # same call (Huffman on the lane decoder's CPU threads, the rest in CUDA:
+        # gpujpeg.NvImageCodecJpeg._with_fallback) instead of Pillow here
+        self.progressive = os.environ.get(GPU_PROGRESSIVE) == "1"
         self._end = 0
         self._share = 0.0
         self._large = cpu_pixels or 0  # this batch's threshold (start); 0: none
@@ -182,7 +189,7 @@ class JpegPacker:
         self._large = min((p for p in (self.cpu_pixels, stamped) if p), default=0)
 
     def fill(self, batch, slot: int, data: bytes, seed: int) -> None:
-        screen = gpu_screen(data, self.cpu.mode, self.cpu.limits)
+        screen = gpu_screen(data, self.cpu.mode, self.cpu.limits, self.progressive)
         reason, size = screen.refused, screen.size
         if reason is None and self._end + len(data) > len(batch.arena):
             reason = "arena_full"
@@ -248,8 +255,9 @@ class Screen(NamedTuple):
     upright_size: tuple[int, int] | None = None  # (width, height) upright: the crop box's frame
 
 
-def gpu_screen(data: bytes, mode: str, limits: Limits) -> Screen:
-    """Whether nvJPEG should get this image, its size and orientation, from headers."""
+def gpu_screen(data: bytes, mode: str, limits: Limits, progressive: bool = False) -> Screen:
+    """Whether nvJPEG should get this image, its size and orientation, from headers; a
+    progressive JPEG only with `progressive`."""
     if data[:3] != b"\xff\xd8\xff":
         return Screen("not_jpeg", None)
     try:
@@ -261,7 +269,7 @@ def gpu_screen(data: bytes, mode: str, limits: Limits) -> Screen:
         return Screen("size", img.size)
     if img.mode not in ("RGB", "L"):
         return Screen("color_" + img.mode.lower(), img.size)
-    if img.info.get("progressive") or img.info.get("progression"):
+    if not progressive and (img.info.get("progressive") or img.info.get("progression")):
         return Screen("progressive", img.size)
     if img.mode == "RGB" and JpegImagePlugin.get_sampling(img) == -1:
         return Screen("subsampling", img.size)

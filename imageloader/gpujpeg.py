@@ -63,7 +63,8 @@ import numpy as np
 import torch
 
 from . import prefetch
-from .nvbatch import stream_handle
+from .decode import GPU_PROGRESSIVE
+from .nvbatch import LOAD_HINT_ALL, stream_handle
 
 log = logging.getLogger(__name__)
 DECODERS = ("nvimgcodec", "torchcodec", "torchvision")
@@ -198,7 +199,7 @@ class NvImageCodecJpeg:
         self.nv, self.device, self.engine, self.mode = nv, device, engine, mode
         gray = mode != "RGB"
         self.params = nv.DecodeParams(
-            apply_exif_orientation=False,  # the packers sent rotated JPEGs to the CPU path
+            apply_exif_orientation=False,  # the crops read rotated JPEGs upright (gpucrop)
             color_spec=nv.ColorSpec.GRAY if gray else nv.ColorSpec.SRGB,
             sample_format=nv.SampleFormat.P_Y if gray else nv.SampleFormat.P_RGB)
         self.kept: list = []
@@ -235,11 +236,24 @@ class NvImageCodecJpeg:
             return "hybrid", threads or HYBRID_ENGINE_THREADS, options
         return engine, threads, options  # "hw" (the engines alone) or "all"
 
+    def _with_fallback(self, backend: str) -> str | None:
+        """The backend that decodes what the engines refuse (progressive JPEGs) in the same
+        call, while they decode the rest: "hybrid" (Huffman on the decoder's CPU threads, the
+        rest in CUDA; nvJPEG has no GPU Huffman for progressive JPEGs). An experiment, with
+        decode.GPU_PROGRESSIVE; otherwise the engines alone, and what they refuse is decoded
+        again after the call (`_decode_refused`)."""
+        on = backend == "hw" and os.environ.get(GPU_PROGRESSIVE) == "1"
+        return "hybrid" if on else None
+
     def _make_decoder(self, engine: str, threads: int | None):
         nv = self.nv
         backend, threads, options = self._setup(engine, threads)
         kinds = {"cpu": nv.CPU_ONLY, "hybrid": nv.HYBRID_CPU_GPU, "hw": nv.HW_GPU_ONLY}
         backends = [nv.Backend(kinds[backend])] if backend in kinds else None
+        fallback = self._with_fallback(backend)
+        if fallback:  # the load hint: see nvbatch.c's LOAD_HINT_ALL
+            backends = [nv.Backend(kinds[backend], load_hint=LOAD_HINT_ALL),
+                        nv.Backend(kinds[fallback])]
         return nv.Decoder(
             device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY if backend == "cpu"
             else self.device.index or 0,
@@ -253,7 +267,8 @@ class NvImageCodecJpeg:
         backend, threads, options = self._setup(engine, threads)
         return nvbatch.BatchDecoder(lib, self.device, backend, threads, options,
                                     channels=3 if self.mode == "RGB" else 1,
-                                    regions_from=regions_from or nvbatch.regions_from())
+                                    regions_from=regions_from or nvbatch.regions_from(),
+                                    fallback=self._with_fallback(backend))
 
     @property
     def regions_from(self) -> int | None:

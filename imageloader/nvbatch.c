@@ -28,6 +28,7 @@ typedef struct {
  * past the caller's buffers, so nothing is decoded. */
 #define BD_SIZES_MISMATCH (-2)
 #define PARSED 4
+#define LOAD_HINT_ALL 100000.0f
 
 void bd_destroy(Batcher* b);
 
@@ -38,10 +39,12 @@ static void zero_info(nvimgcodecImageInfo_t* info) {
 }
 
 /* backend: an nvimgcodecBackendKind_t (1 CPU, 2 GPU, 3 hybrid, 4 hardware engines), or 0 for
- * every backend, nvImageCodec choosing per image; device: a CUDA device index, or
- * NVIMGCODEC_DEVICE_CPU_ONLY. Returns 0 and *out, or an nvImageCodec status (-1: no memory). */
-int bd_create(const char* extensions, int device, int backend, int threads, const char* options,
-              int capacity, Batcher** out) {
+ * every backend, nvImageCodec choosing per image; fallback: a second kind for the JPEGs the
+ * first refuses, decoded in the decoder's threads while the first decodes the rest, or 0 for
+ * none; device: a CUDA device index, or NVIMGCODEC_DEVICE_CPU_ONLY. Returns 0 and *out, or an
+ * nvImageCodec status (-1: no memory). */
+int bd_create(const char* extensions, int device, int backend, int fallback, int threads,
+              const char* options, int capacity, Batcher** out) {
     Batcher* b = calloc(1, sizeof(Batcher));
     if (!b) return -1;
     nvimgcodecInstanceCreateInfo_t create = {NVIMGCODEC_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
@@ -51,17 +54,26 @@ int bd_create(const char* extensions, int device, int backend, int threads, cons
     create.extension_modules_path = extensions;
     int status = nvimgcodecInstanceCreate(&b->instance, &create);
     if (status != NVIMGCODEC_STATUS_SUCCESS) { free(b); return status; }
-    nvimgcodecBackend_t kind = {NVIMGCODEC_STRUCTURE_TYPE_BACKEND, sizeof(kind), NULL};
-    kind.kind = (nvimgcodecBackendKind_t)backend;
-    kind.params.struct_type = NVIMGCODEC_STRUCTURE_TYPE_BACKEND_PARAMS;
-    kind.params.struct_size = sizeof(kind.params);
-    kind.params.load_hint = 1.0f;
+    nvimgcodecBackend_t kinds[2];
+    int kind_of[2] = {backend, fallback};
+    for (int k = 0; k < 2; k++) {
+        nvimgcodecBackend_t kind = {NVIMGCODEC_STRUCTURE_TYPE_BACKEND, sizeof(kind), NULL};
+        kind.kind = (nvimgcodecBackendKind_t)kind_of[k];
+        kind.params.struct_type = NVIMGCODEC_STRUCTURE_TYPE_BACKEND_PARAMS;
+        kind.params.struct_size = sizeof(kind.params);
+        kind.params.load_hint = 1.0f;
+        kinds[k] = kind;
+    }
+    /* The load hint is the share of each batch the first backend takes before the fallback
+     * gets the rest, fixed by the decoder's first call: a batch larger than that first one
+     * would overflow to the fallback. Far above 1, the first takes every JPEG it can. */
+    if (fallback) kinds[0].params.load_hint = LOAD_HINT_ALL;
     nvimgcodecExecutionParams_t exec = {NVIMGCODEC_STRUCTURE_TYPE_EXECUTION_PARAMS, sizeof(exec),
                                         NULL};
     exec.device_id = device;
     exec.max_num_cpu_threads = threads;
-    exec.num_backends = backend ? 1 : 0;
-    exec.backends = backend ? &kind : NULL;
+    exec.num_backends = backend ? (fallback ? 2 : 1) : 0;
+    exec.backends = backend ? kinds : NULL;
     status = nvimgcodecDecoderCreate(b->instance, &b->decoder, &exec, options);
     if (status != NVIMGCODEC_STATUS_SUCCESS) {
         nvimgcodecInstanceDestroy(b->instance);

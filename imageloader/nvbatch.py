@@ -51,6 +51,7 @@ SOURCE = Path(__file__).with_name("nvbatch.c")
 SWITCH = "IMAGELOADER_C_BATCH"
 # nvimgcodecBackendKind_t, and 0: every backend (nvImageCodec's choice per image).
 BACKEND_KINDS = {"all": 0, "cpu": 1, "gpu": 2, "hybrid": 3, "hw": 4}
+LOAD_HINT_ALL = 100000.0  # nvbatch.c's: the first backend takes every JPEG it can
 CPU_ONLY_DEVICE = -99999  # NVIMGCODEC_DEVICE_CPU_ONLY
 CUDA_STUB = "typedef struct CUstream_st* cudaStream_t;\n"
 GROWTH = 1.25  # the output buffer grows by this much over what a batch needs
@@ -150,7 +151,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     # on photos the decoder wrote past its buffer (illegal memory access on an H200).
     u64, i64, i32 = (np.ctypeslib.ndpointer(t, flags="C_CONTIGUOUS")
                      for t in (np.uint64, np.int64, np.int32))
-    lib.bd_create.argtypes = [ctypes.c_char_p, i, i, i, ctypes.c_char_p, i, ctypes.POINTER(p)]
+    lib.bd_create.argtypes = [ctypes.c_char_p, i, i, i, i, ctypes.c_char_p, i,
+                              ctypes.POINTER(p)]
     lib.bd_reserve.argtypes = [p, i]
     lib.bd_parse.argtypes = [p, u64, i64, i, i32]
     lib.bd_decode.argtypes = [p, i, i, i32, i32, u64, p, i32]
@@ -258,11 +260,13 @@ def _check(result: int, mismatch: str) -> None:
 class BatchDecoder:
     """An nvImageCodec decoder (one backend, or "all") driven through nvbatch.c: decode(datas)
     returns, per JPEG, a `Decoded` or None (its header did not parse, or the backend refused
-    it). Calls from one thread at a time: the handles are reused by every call."""
+    it). With `fallback` (a second backend, on a GPU) what the first refuses is decoded by that
+    one in the same call, in the decoder's threads while the first decodes the rest. Calls
+    from one thread at a time: the handles are reused by every call."""
 
     def __init__(self, lib: ctypes.CDLL, device: torch.device, backend: str,
                  threads: int | None, options: str, channels: int, capacity: int = 256,
-                 regions_from: int | None = None):
+                 regions_from: int | None = None, fallback: str | None = None):
         self.lib, self.device, self.channels = lib, device, channels
         self.regions_from = regions_from  # see the module's docstring
         on_gpu = device.type == "cuda"
@@ -270,8 +274,9 @@ class BatchDecoder:
         handle = ctypes.c_void_p()
         status = lib.bd_create(str(_wheel_folder() / "extensions").encode(),
                                (device.index or 0) if on_gpu else CPU_ONLY_DEVICE,
-                               BACKEND_KINDS[backend if on_gpu else "cpu"], threads or 0,
-                               options.encode(), capacity, ctypes.byref(handle))
+                               BACKEND_KINDS[backend if on_gpu else "cpu"],
+                               BACKEND_KINDS[fallback] if fallback and on_gpu else 0,
+                               threads or 0, options.encode(), capacity, ctypes.byref(handle))
         if status:
             raise RuntimeError(f"nvImageCodec decoder ({backend}) could not be made: status "
                                f"{status}")

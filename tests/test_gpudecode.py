@@ -21,7 +21,7 @@ from conftest import (assert_labels_match_pixels, class_level, encode, labeled_f
                       solid, write_archive)
 from imageloader import ImageLoader, Options, gpucrop
 from imageloader.batch import FALLBACK, batch_layout, views_of
-from imageloader.decode import Augment, Decoder, JpegPacker, gpu_screen
+from imageloader.decode import GPU_PROGRESSIVE, Augment, Decoder, JpegPacker, gpu_screen
 from imageloader.errors import Limits
 from imageloader.gpudecode import GpuDecode, Packed, choose_crop
 from imageloader.prefetch import Backlog
@@ -67,6 +67,7 @@ def test_screening_sends_only_baseline_jpegs_to_the_gpu():
     assert gpu_screen(solid(50, fmt="PNG"), "RGB", limits)[0] == "not_jpeg"
     assert gpu_screen(cmyk_jpeg(50), "RGB", limits)[0] == "color_cmyk"
     assert gpu_screen(progressive_jpeg(50), "RGB", limits)[0] == "progressive"
+    assert gpu_screen(progressive_jpeg(50), "RGB", limits, progressive=True)[0] is None
     rotated = gpu_screen(rotated_jpeg(50), "RGB", limits)  # to the GPU, read upright there
     assert rotated.refused is None and rotated.orientation == 6
     assert rotated.size == (40, 30) and rotated.upright_size == (30, 40)
@@ -599,7 +600,13 @@ def test_cuda_decode_matches_cpu_decode_in_eval_mode(tmp_path):
 
 
 @cuda
-def test_cuda_decode_train_labels_pixels_and_fallbacks(tmp_path):
+@pytest.mark.parametrize("progressive_to_gpu", [False, True])
+def test_cuda_decode_train_labels_pixels_and_fallbacks(tmp_path, monkeypatch, progressive_to_gpu):
+    """What the packers refuse is decoded on the CPU and counted by why; with
+    IMAGELOADER_GPU_PROGRESSIVE=1 (an experiment) a progressive JPEG goes to the GPU, where
+    the engines refuse it and the hybrid backend decodes it in the same call."""
+    if progressive_to_gpu:
+        monkeypatch.setenv(GPU_PROGRESSIVE, "1")
     files = labeled_files(4, 6)
     files += [("t/c01/cmyk.jpg", cmyk_jpeg(class_level(1))),
               ("t/c02/prog.jpg", progressive_jpeg(class_level(2))),
@@ -611,8 +618,14 @@ def test_cuda_decode_train_labels_pixels_and_fallbacks(tmp_path):
         images = torch.cat([x for x, _ in pairs])
         labels = torch.cat([y for _, y in pairs])
         assert_labels_match_pixels(images, labels, tolerance=8)
-        assert loader.stats.fallbacks == {"gpu_decoded": 25, "color_cmyk": 1, "progressive": 1,
-                                          "not_jpeg": 1}
+        fallbacks = loader.stats.fallbacks
+    if not progressive_to_gpu:
+        assert fallbacks == {"gpu_decoded": 25, "color_cmyk": 1, "progressive": 1,
+                             "not_jpeg": 1}
+        return
+    # Not decoded again after the call: none counted (the lanes' own test checks it)
+    assert fallbacks.pop("engines_refused", 0) <= 1
+    assert fallbacks == {"gpu_decoded": 26, "color_cmyk": 1, "not_jpeg": 1}
 
 
 @cuda
@@ -944,22 +957,35 @@ def test_each_nvimgcodec_engine_matches_the_cpu_path(engine, monkeypatch):
 
 
 @cuda
-def test_the_hardware_lane_decodes_what_the_engines_refuse_with_the_other_backends():
-    """The engines take baseline JPEGs only; a progressive one reaching them (the packers
-    route those to the CPU, a lane must not depend on it) is decoded by every backend."""
-    decoder = nvimgcodec_engine("hw")
-    files = [photo(1, (120, 90)), encode(Image.open(io.BytesIO(photo(2, (96, 64), fmt="PNG"))),
-                                         "JPEG", progressive=True, quality=90)]
-    images = decoder.decode([np.frombuffer(data, np.uint8) for data in files])
-    torch.cuda.synchronize()
-    assert decoder.refused == 1  # the progressive one, counted (GpuDecode reports it)
-    for data, image in zip(files, images):
-        assert image is not None
-        ours = np.asarray(torch.as_tensor(image, device="cuda").cpu()).astype(int)
-        pillow = np.asarray(Image.open(io.BytesIO(data)).convert("RGB")).transpose(2, 0, 1)
-        # Chroma replicated (the engines') against Pillow's interpolation, at sharp colour
-        # edges: ~5.6 levels on average for the 120x90 one (H200); a wrong image is ~60.
-        assert ours.shape == pillow.shape and np.abs(ours - pillow).mean() <= 10.0
+@pytest.mark.parametrize("engine", ["hw", "hw@python"])
+@pytest.mark.parametrize("in_one_call", [False, True])
+def test_the_hardware_lane_decodes_what_the_engines_refuse_with_the_other_backends(
+        engine, in_one_call, monkeypatch):
+    """The engines take baseline JPEGs only; a progressive one reaching them is decoded by
+    the other backends: after the engines' call (the packers route progressive JPEGs to the
+    CPU; a lane must not depend on it), or with IMAGELOADER_GPU_PROGRESSIVE=1 in that same
+    call by the hybrid backend. A first call of two JPEGs must not leave later, larger
+    batches to the hybrid backend (nvbatch.c's LOAD_HINT_ALL)."""
+    if in_one_call:
+        monkeypatch.setenv(GPU_PROGRESSIVE, "1")
+    decoder = nvimgcodec_engine(engine)
+    progressive = [encode(Image.open(io.BytesIO(photo(seed, (96, 64), fmt="PNG"))), "JPEG",
+                          progressive=True, quality=90) for seed in (2, 3)]
+    for files in ([photo(1, (120, 90)), progressive[0]],
+                  [photo(k, (100 + 4 * k, 80)) for k in range(5, 12)] + progressive):
+        refused = decoder.refused
+        images = decoder.decode([np.frombuffer(data, np.uint8) for data in files])
+        torch.cuda.synchronize()
+        # counted when decoded again (GpuDecode reports it); none in one call
+        assert decoder.refused - refused == (0 if in_one_call else sum(
+            data in progressive for data in files))
+        for data, image in zip(files, images):
+            assert image is not None
+            ours = np.asarray(torch.as_tensor(image, device="cuda").cpu()).astype(int)
+            pillow = np.asarray(Image.open(io.BytesIO(data)).convert("RGB")).transpose(2, 0, 1)
+            # Chroma replicated (the engines') against Pillow's interpolation, at sharp colour
+            # edges: ~5.6 levels on average for the 120x90 one (H200); a wrong image is ~60.
+            assert ours.shape == pillow.shape and np.abs(ours - pillow).mean() <= 10.0
 
 
 @cuda
