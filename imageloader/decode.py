@@ -28,7 +28,7 @@ from .errors import Limits, SampleError
 
 ALLOWED_FORMATS = ("JPEG", "PNG", "BMP", "GIF", "TIFF", "WEBP", "PPM")
 _EXIF_ORIENTATION = 0x0112
-GPU_PROGRESSIVE = "IMAGELOADER_GPU_PROGRESSIVE"  # JpegPacker's experiment (set to 1)
+GPU_PROGRESSIVE = "IMAGELOADER_GPU_PROGRESSIVE"  # JpegPacker's experiment: 1, or pixels
 _SIXTEEN_BIT = {"I;16", "I;16B", "I;16L", "I;16N", "I"}
 
 
@@ -158,11 +158,11 @@ class JpegPacker:
         # image (~11 ms for 2.4 MP against ~3 ms for 0.34 MP, one core).
         self.cpu_pixels = cpu_pixels
         self.fallbacks: Counter = Counter()
-        # An experiment, off unless IMAGELOADER_GPU_PROGRESSIVE=1: progressive JPEGs go to
-        # the GPU too, where the engines refuse them and a hybrid backend decodes them in the
-        # same call (Huffman on the lane decoder's CPU threads, the rest in CUDA:
-        # gpujpeg.NvImageCodecJpeg._with_fallback) instead of Pillow here
-        self.progressive = os.environ.get(GPU_PROGRESSIVE) == "1"
+        # An experiment, off unless IMAGELOADER_GPU_PROGRESSIVE is set: progressive JPEGs
+        # (of fewer pixels than it says) go to the GPU too, where the engines refuse them and
+        # a hybrid backend decodes them in the same call (Huffman on the lane decoder's CPU
+        # threads, the rest in CUDA: gpujpeg.NvImageCodecJpeg._with_fallback)
+        self.progressive_pixels = gpu_progressive_pixels()
         self._end = 0
         self._share = 0.0
         self._large = cpu_pixels or 0  # this batch's threshold (start); 0: none
@@ -189,7 +189,7 @@ class JpegPacker:
         self._large = min((p for p in (self.cpu_pixels, stamped) if p), default=0)
 
     def fill(self, batch, slot: int, data: bytes, seed: int) -> None:
-        screen = gpu_screen(data, self.cpu.mode, self.cpu.limits, self.progressive)
+        screen = gpu_screen(data, self.cpu.mode, self.cpu.limits, self.progressive_pixels)
         reason, size = screen.refused, screen.size
         if reason is None and self._end + len(data) > len(batch.arena):
             reason = "arena_full"
@@ -255,9 +255,9 @@ class Screen(NamedTuple):
     upright_size: tuple[int, int] | None = None  # (width, height) upright: the crop box's frame
 
 
-def gpu_screen(data: bytes, mode: str, limits: Limits, progressive: bool = False) -> Screen:
+def gpu_screen(data: bytes, mode: str, limits: Limits, progressive_pixels: int = 0) -> Screen:
     """Whether nvJPEG should get this image, its size and orientation, from headers; a
-    progressive JPEG only with `progressive`."""
+    progressive JPEG only if it has fewer than `progressive_pixels` pixels."""
     if data[:3] != b"\xff\xd8\xff":
         return Screen("not_jpeg", None)
     try:
@@ -269,13 +269,34 @@ def gpu_screen(data: bytes, mode: str, limits: Limits, progressive: bool = False
         return Screen("size", img.size)
     if img.mode not in ("RGB", "L"):
         return Screen("color_" + img.mode.lower(), img.size)
-    if not progressive and (img.info.get("progressive") or img.info.get("progression")):
+    if (img.info.get("progressive") or img.info.get("progression")) \
+            and width * height >= progressive_pixels:
         return Screen("progressive", img.size)
     if img.mode == "RGB" and JpegImagePlugin.get_sampling(img) == -1:
         return Screen("subsampling", img.size)
     orientation = _orientation(img)  # outside 1-8: upright, as exif_transpose leaves it
     orientation = orientation if 1 <= orientation <= 8 else 1
     return Screen(None, img.size, orientation, _upright_size(img, orientation))
+
+
+def gpu_progressive_pixels() -> int:
+    """IMAGELOADER_GPU_PROGRESSIVE: unset or 0, progressive JPEGs are decoded on the CPU;
+    1 or "all", every one on the GPU; a number of pixels, those smaller than that (a batch's
+    call waits for its slowest progressive JPEG's Huffman decode on one CPU thread, and the
+    packers decode a large one beside other batches instead)."""
+    value = os.environ.get(GPU_PROGRESSIVE, "").strip().lower()
+    if value in ("", "0"):
+        return 0
+    if value in ("1", "all"):
+        return 1 << 62
+    try:
+        pixels = int(value)
+    except ValueError:
+        pixels = -1
+    if pixels < 0:
+        raise ValueError(f'{GPU_PROGRESSIVE} must be 0, 1, "all" or a number of pixels, '
+                         f"got {value!r}")
+    return pixels
 
 
 def open_image(data: bytes, formats: tuple[str, ...], limits: Limits) -> Image.Image:

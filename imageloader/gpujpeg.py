@@ -63,7 +63,7 @@ import numpy as np
 import torch
 
 from . import prefetch
-from .decode import GPU_PROGRESSIVE
+from .decode import gpu_progressive_pixels
 from .nvbatch import LOAD_HINT_ALL, stream_handle
 
 log = logging.getLogger(__name__)
@@ -240,9 +240,9 @@ class NvImageCodecJpeg:
         """The backend that decodes what the engines refuse (progressive JPEGs) in the same
         call, while they decode the rest: "hybrid" (Huffman on the decoder's CPU threads, the
         rest in CUDA; nvJPEG has no GPU Huffman for progressive JPEGs). An experiment, with
-        decode.GPU_PROGRESSIVE; otherwise the engines alone, and what they refuse is decoded
-        again after the call (`_decode_refused`)."""
-        on = backend == "hw" and os.environ.get(GPU_PROGRESSIVE) == "1"
+        decode.GPU_PROGRESSIVE set; otherwise the engines alone, and what they refuse is
+        decoded again after the call (`_decode_refused`)."""
+        on = backend == "hw" and gpu_progressive_pixels() > 0
         return "hybrid" if on else None
 
     def _make_decoder(self, engine: str, threads: int | None):

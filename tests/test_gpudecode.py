@@ -21,7 +21,8 @@ from conftest import (assert_labels_match_pixels, class_level, encode, labeled_f
                       solid, write_archive)
 from imageloader import ImageLoader, Options, gpucrop
 from imageloader.batch import FALLBACK, batch_layout, views_of
-from imageloader.decode import GPU_PROGRESSIVE, Augment, Decoder, JpegPacker, gpu_screen
+from imageloader.decode import (GPU_PROGRESSIVE, Augment, Decoder, JpegPacker,
+                                gpu_progressive_pixels, gpu_screen)
 from imageloader.errors import Limits
 from imageloader.gpudecode import GpuDecode, Packed, choose_crop
 from imageloader.prefetch import Backlog
@@ -67,7 +68,10 @@ def test_screening_sends_only_baseline_jpegs_to_the_gpu():
     assert gpu_screen(solid(50, fmt="PNG"), "RGB", limits)[0] == "not_jpeg"
     assert gpu_screen(cmyk_jpeg(50), "RGB", limits)[0] == "color_cmyk"
     assert gpu_screen(progressive_jpeg(50), "RGB", limits)[0] == "progressive"
-    assert gpu_screen(progressive_jpeg(50), "RGB", limits, progressive=True)[0] is None
+    # IMAGELOADER_GPU_PROGRESSIVE's experiment: those of fewer pixels than its bound (40x30)
+    assert gpu_screen(progressive_jpeg(50), "RGB", limits, 1 << 62)[0] is None
+    assert gpu_screen(progressive_jpeg(50), "RGB", limits, 1201)[0] is None
+    assert gpu_screen(progressive_jpeg(50), "RGB", limits, 1200)[0] == "progressive"
     rotated = gpu_screen(rotated_jpeg(50), "RGB", limits)  # to the GPU, read upright there
     assert rotated.refused is None and rotated.orientation == 6
     assert rotated.size == (40, 30) and rotated.upright_size == (30, 40)
@@ -349,6 +353,29 @@ def test_rotated_jpegs_go_to_the_gpu_stage_and_come_out_as_the_cpu_path_turns_th
     assert FALLBACK + "exif_orientation" not in stage.take_counts()
 
 
+@pytest.mark.parametrize("decoder", ["pillow", "nvimgcodec"])
+def test_progressive_jpegs_under_the_bound_go_to_the_gpu_stage(monkeypatch, decoder):
+    """IMAGELOADER_GPU_PROGRESSIVE=<pixels>: the packers pack progressive JPEGs of fewer
+    pixels for the GPU stage (run on the CPU here, as above), which gives the CPU path's
+    pixels; larger ones they decode themselves."""
+    monkeypatch.setenv(GPU_PROGRESSIVE, str(120 * 80 + 1))
+    texture = Image.open(io.BytesIO(photo(3, (240, 160), fmt="PNG")))
+    small, large = (encode(texture.resize(size), "JPEG", progressive=True, quality=90)
+                    for size in ((120, 80), (240, 160)))
+    files = [small, large, photo(4, (100, 90))]
+    buf, cpu = packed_batch(files, Augment.make(48, True))
+    lengths = buf.arrays.lengths
+    assert lengths[0] > 0 and lengths[1] == 0 and lengths[2] > 0  # the large one: decoded
+    stage = GpuDecode(cpu, None, torch.device("cpu"), cpu_decoders(decoder))
+    images, labels = stage(Packed(buf))
+    for slot, data in enumerate(files):
+        reference = np.empty(cpu.out_shape, np.uint8)
+        cpu(data, reference, 1000 + slot)  # same seed: same crop box and flip
+        ours = images[slot].permute(1, 2, 0).numpy().astype(int)
+        assert np.abs(ours - reference).mean() <= 2.0, slot
+    assert stage.take_counts() == {FALLBACK + "gpu_decoded": 2}
+
+
 def test_a_decoder_is_asked_once_whether_it_turns_images_upright():
     """gpujpeg.decoder_turns_upright, on stand-ins for a decoder that turns images by their
     EXIF orientation (TorchCodec's on CUDA) and one that does not (as nvImageCodec and
@@ -597,6 +624,18 @@ def test_cuda_decode_matches_cpu_decode_in_eval_mode(tmp_path):
         assert torch.equal(la, lb)
         diff = (a.int() - b.int()).abs().float().mean(dim=(1, 2, 3))
         assert diff.max() <= 2.0, diff  # nvJPEG vs libjpeg, antialiased bilinear both ways
+
+
+def test_the_progressive_switch_reads_off_all_or_a_pixel_bound(monkeypatch):
+    monkeypatch.delenv(GPU_PROGRESSIVE, raising=False)
+    assert gpu_progressive_pixels() == 0
+    for value, pixels in (("0", 0), ("1", 1 << 62), ("all", 1 << 62), (" 500000 ", 500000)):
+        monkeypatch.setenv(GPU_PROGRESSIVE, value)
+        assert gpu_progressive_pixels() == pixels
+    for bad in ("yes", "-5", "1.5"):
+        monkeypatch.setenv(GPU_PROGRESSIVE, bad)
+        with pytest.raises(ValueError, match=GPU_PROGRESSIVE):
+            gpu_progressive_pixels()
 
 
 @cuda
