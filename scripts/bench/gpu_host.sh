@@ -65,6 +65,9 @@
 #                                 # alone from this tree and another, interleaved, ~1 min a row
 #   bash scripts/bench/gpu_host.sh OUT_DIR regions [photos|fixed]  # the loader alone with
 #                                 # regions off and on from 1 MP, 0.25 MP, every image, ~4 min
+#   SHARE=0.3 bash scripts/bench/gpu_host.sh OUT_DIR progressive  # photos with that share
+#                                 # progressive: decoded by the packers, and on the GPU (all, and
+#                                 # under 0.5 MP: PROGRESSIVE), the loader alone, ~4 min
 # bench builds two 32,000-image archives (ImageNet-like 500x375, and varied photos with a
 # tail of large ones: make_imagenet_like.py --sizes), measures the inflate rate per core and
 # the plain copy (bench_inflate.py), then on each archive: the loader alone (its first epoch and
@@ -734,6 +737,21 @@ regions() {  # KIND: the loader alone with regions off ("base") and on ("this") 
   done
 }
 
+progressive() {  # SHARE (0.3): photos of which that share is progressive (0.01: as the plain
+  # photos); the loader alone (MODELS: those models fed) with progressive JPEGs decoded by the
+  # packers ("base") against the GPU (IMAGELOADER_GPU_PROGRESSIVE) for each of PROGRESSIVE
+  # ("1 500000": every one; those of fewer pixels), interleaved as versus does (ROUNDS 1)
+  local share=${SHARE:-0.3} value whole=$data
+  data="$whole/progressive-$share"; mkdir -p "$data"
+  ensure_archive "$data/photos-16000.tgz" --sizes photos --images 16000 \
+    --progressive-share "$share"
+  for value in ${PROGRESSIVE:-1 500000}; do
+    THIS_ENV="IMAGELOADER_GPU_PROGRESSIVE=$value" BASE=. ROUNDS=${ROUNDS:-1} versus photos \
+      | sed "s#, this: #, GPU below $value px: #; s#, base: #, packers: #"
+  done
+  data=$whole
+}
+
 profile() {  # KIND: where ResNet-18's steps go when the loader feeds it, on one GPU:
   # torch.profiler traces of steps 40-44 (train_resnet.py --profile) with the data on the GPU,
   # fed by one lane (LANES1, "hw") and by the default lanes (or LANES2), decode="cuda";
@@ -845,10 +863,11 @@ case "$part" in
   start) start "${3:-photos}" 2>&1 | tee "$out/start-${3:-photos}.log" ;;
   versus) versus "${3:-fixed}" 2>&1 | tee "$out/versus-${3:-fixed}.log" ;;
   regions) regions "${3:-photos}" 2>&1 | tee "$out/regions-${3:-photos}.log" ;;
+  progressive) progressive 2>&1 | tee "$out/progressive-${SHARE:-0.3}.log" ;;
   dali) dali "${3:-photos}" ;;
   engines) engines "${3:-photos}" 2>&1 | tee "$out/engines-${3:-photos}.log" ;;
   nvjpeg) nvjpeg "${3:-photos}" 2>&1 | tee "$out/nvjpeg-${3:-photos}.log" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
-  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, spread, blocking, sidestream, firstepoch, host, beside, spy, versus, regions, profile, suspects, batchcall, engines, nvjpeg or none" >&2; exit 2 ;;
+  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, spread, blocking, sidestream, firstepoch, host, beside, spy, versus, regions, progressive, profile, suspects, batchcall, engines, nvjpeg or none" >&2; exit 2 ;;
 esac
