@@ -66,7 +66,8 @@ int bd_create(const char* extensions, int device, int backend, int fallback, int
     }
     /* The load hint is the share of each batch the first backend takes before the fallback
      * gets the rest, fixed by the decoder's first call: a batch larger than that first one
-     * would overflow to the fallback. Far above 1, the first takes every JPEG it can. */
+     * would overflow to the fallback (and the engines' first call is gpujpeg's probe, one
+     * JPEG). Far above 1, the first takes every JPEG it can. */
     if (fallback) kinds[0].params.load_hint = LOAD_HINT_ALL;
     nvimgcodecExecutionParams_t exec = {NVIMGCODEC_STRUCTURE_TYPE_EXECUTION_PARAMS, sizeof(exec),
                                         NULL};
