@@ -552,6 +552,25 @@ def test_probe_interrupts_runs_the_command_and_passes_its_exit_code(monkeypatch,
     assert json.loads(out.read_text())["exit"] == 3
 
 
+def test_probe_progressive_times_one_photo_as_baseline_and_progressive(monkeypatch, tmp_path):
+    """probe_progressive: the same pixels encoded both ways (only the second progressive),
+    each decoded whole and at 1/8 scale; a row per size in the JSON lines."""
+    probe = load_script("probe_progressive", monkeypatch)
+    both = probe.encode_both(96, 64, 90)
+    opened = {kind: Image.open(io.BytesIO(data)) for kind, data in both.items()}
+    assert [bool(img.info.get("progressive")) for img in opened.values()] == [False, True]
+    assert {img.size for img in opened.values()} == {(96, 64)}
+    out = tmp_path / "p.json"
+    rows = probe.main(script_args(probe, "--sizes", "96x64,160x120", "--repeats", 1,
+                                  "--out", out))
+    assert [json.loads(line) for line in out.read_text().splitlines()] == rows
+    assert [r["pixels"] for r in rows] == [96 * 64, 160 * 120]
+    for row in rows:
+        for kind in ("baseline", "progressive"):
+            assert row[kind]["kb"] > 0 and row[kind]["whole_ms"] > 0
+            assert row[kind]["eighth_ms"] > 0
+
+
 def test_probe_cpu_siblings_names_the_cpu_that_halves_the_probes_loop(monkeypatch, tmp_path):
     """probe_cpu_siblings on a pretend 8-CPU machine where CPU 5 is CPU 0's hyperthread: CPU 0's
     loop runs at half speed beside it and at full speed beside any other."""
