@@ -6,7 +6,7 @@ hybrid backend decodes their Huffman code on one of the decoder's CPU threads (t
 Huffman decoder for them): a batch's call lasts at least as long as its slowest one. At 1/8
 scale libjpeg still decodes every coefficient but does almost no IDCT, so that time is about
 the Huffman part alone, what such a thread spends; the whole decode is what a packer spends.
-Which size keeps it under a lane's batch time (~18-36 ms on an H200 host) is the pixel bound
+Which size keeps it under a lane's batch time (~20-37 ms on an H200 host) is the pixel bound
 to try (`gpu_host.sh OUT progressive`).
 
     python scripts/bench/probe_progressive.py --out progressive.json
