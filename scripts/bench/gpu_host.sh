@@ -727,28 +727,32 @@ versus() {  # KIND: the loader alone from this tree and from $BASE (another comm
   done
 }
 
-regions() {  # KIND: the loader alone with regions off ("base") and on ("this") from each of
-  # REGIONS_FROM pixels (IMAGELOADER_REGIONS_FROM), interleaved as versus does (BASE=.; MODELS,
-  # LANES and WINDOW as there; ROUNDS 1)
-  local kind=$1 from
-  for from in ${REGIONS_FROM:-1000000 250000 1}; do
-    THIS_ENV="IMAGELOADER_REGIONS_FROM=$from" BASE=. ROUNDS=${ROUNDS:-1} versus "$kind" \
-      | sed "s#, this: #, regions from $from: #; s#, base: #, regions off: #"
+versus_each() {  # VAR KIND OFF ON VALUE...: versus on this tree (BASE=.; MODELS, LANES and
+  # WINDOW as there; ROUNDS 1), VAR unset (rows labelled OFF) against VAR=VALUE (labelled
+  # "ON VALUE"), for each VALUE
+  local var=$1 kind=$2 off=$3 on=$4 value; shift 4
+  for value in "$@"; do
+    THIS_ENV="$var=$value" BASE=. ROUNDS=${ROUNDS:-1} versus "$kind" \
+      | sed "s#, this: #, $on $value: #; s#, base: #, $off: #"
   done
+}
+
+regions() {  # KIND: the loader alone with regions off ("base") and on ("this") from each of
+  # REGIONS_FROM pixels (IMAGELOADER_REGIONS_FROM), interleaved as versus does
+  versus_each IMAGELOADER_REGIONS_FROM "$1" "regions off" "regions from" \
+    ${REGIONS_FROM:-1000000 250000 1}
 }
 
 progressive() {  # SHARE (0.3): photos of which that share is progressive (0.01: as the plain
   # photos); the loader alone (MODELS: those models fed) with progressive JPEGs decoded by the
   # packers ("base") against the GPU (IMAGELOADER_GPU_PROGRESSIVE) for each of PROGRESSIVE
   # ("1 500000": every one; those of fewer pixels), interleaved as versus does (ROUNDS 1)
-  local share=${SHARE:-0.3} value whole=$data
+  local share=${SHARE:-0.3} whole=$data
   data="$whole/progressive-$share"; mkdir -p "$data"
   ensure_archive "$data/photos-16000.tgz" --sizes photos --images 16000 \
     --progressive-share "$share"
-  for value in ${PROGRESSIVE:-1 500000}; do
-    THIS_ENV="IMAGELOADER_GPU_PROGRESSIVE=$value" BASE=. ROUNDS=${ROUNDS:-1} versus photos \
-      | sed "s#, this: #, GPU below $value px: #; s#, base: #, packers: #"
-  done
+  versus_each IMAGELOADER_GPU_PROGRESSIVE photos packers "GPU below pixels" \
+    ${PROGRESSIVE:-1 500000}
   data=$whole
 }
 
