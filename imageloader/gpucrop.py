@@ -111,6 +111,11 @@ ORIENTATION_VIEWS = {1: (False, False, False), 2: (False, False, True),
                      7: (True, True, True), 8: (True, True, False)}
 
 
+def _orientation_view(orientation) -> tuple[bool, bool, bool]:
+    """ORIENTATION_VIEWS' (transpose, flip rows, flip columns); as stored outside 1-8."""
+    return ORIENTATION_VIEWS.get(int(orientation), (False, False, False))
+
+
 def upright_geometry(geometry: np.ndarray, orientations: np.ndarray) -> np.ndarray:
     """Geometry rows (image_geometry's, one per image) of the upright views of the stored
     images with these EXIF orientations: the same pixels read with their axes swapped and
@@ -122,8 +127,7 @@ def upright_geometry(geometry: np.ndarray, orientations: np.ndarray) -> np.ndarr
         return rows
     rows = rows.copy()
     for orientation in np.unique(orientations):
-        transpose, flip_rows, flip_cols = ORIENTATION_VIEWS.get(int(orientation),
-                                                                (False, False, False))
+        transpose, flip_rows, flip_cols = _orientation_view(orientation)
         which = orientations == orientation
         part = rows[which]
         if transpose:
@@ -140,8 +144,7 @@ def upright_geometry(geometry: np.ndarray, orientations: np.ndarray) -> np.ndarr
 def upright_tensor(image: torch.Tensor, orientation: int) -> torch.Tensor:
     """A (C, H, W) image upright, as upright_geometry reads it (a transpose is a view; a
     flip copies): for the crops without Triton and evaluation's resize."""
-    transpose, flip_rows, flip_cols = ORIENTATION_VIEWS.get(int(orientation),
-                                                            (False, False, False))
+    transpose, flip_rows, flip_cols = _orientation_view(orientation)
     if transpose:
         image = image.transpose(-1, -2)
     dims = [d for d, flip in ((-2, flip_rows), (-1, flip_cols)) if flip]
