@@ -28,7 +28,7 @@ from .errors import Limits, SampleError
 
 ALLOWED_FORMATS = ("JPEG", "PNG", "BMP", "GIF", "TIFF", "WEBP", "PPM")
 _EXIF_ORIENTATION = 0x0112
-GPU_PROGRESSIVE = "IMAGELOADER_GPU_PROGRESSIVE"  # JpegPacker's experiment: 1, or pixels
+GPU_PROGRESSIVE = "IMAGELOADER_GPU_PROGRESSIVE"  # which progressive JPEGs JpegPacker sends on
 _SIXTEEN_BIT = {"I;16", "I;16B", "I;16L", "I;16N", "I"}
 
 
@@ -158,11 +158,11 @@ class JpegPacker:
         # image (~11 ms for 2.4 MP against ~3 ms for 0.34 MP, one core).
         self.cpu_pixels = cpu_pixels
         self.fallbacks: Counter = Counter()
-        # An experiment, off unless IMAGELOADER_GPU_PROGRESSIVE is set: progressive JPEGs
-        # (of fewer pixels than it says) go to the GPU too, where the engines refuse them and
-        # a hybrid backend decodes them in the same call (Huffman on the lane decoder's CPU
-        # threads, the rest in CUDA: gpujpeg.NvImageCodecJpeg._with_fallback)
-        self.progressive_pixels = gpu_progressive_pixels()
+        # Progressive JPEGs go to the GPU too while this packer would otherwise be busy
+        # decoding them (ProgressiveRoute): the engines refuse them and a hybrid backend
+        # decodes them in the same call (Huffman on the lane decoder's CPU threads, the rest
+        # in CUDA: gpujpeg.NvImageCodecJpeg._with_fallback)
+        self.progressive = progressive_route()
         self._end = 0
         self._share = 0.0
         self._large = cpu_pixels or 0  # this batch's threshold (start); 0: none
@@ -189,7 +189,8 @@ class JpegPacker:
         self._large = min((p for p in (self.cpu_pixels, stamped) if p), default=0)
 
     def fill(self, batch, slot: int, data: bytes, seed: int) -> None:
-        screen = gpu_screen(data, self.cpu.mode, self.cpu.limits, self.progressive_pixels)
+        route = self.progressive
+        screen = gpu_screen(data, self.cpu.mode, self.cpu.limits, route.pixels_now())
         reason, size = screen.refused, screen.size
         if reason is None and self._end + len(data) > len(batch.arena):
             reason = "arena_full"
@@ -199,9 +200,14 @@ class JpegPacker:
             reason = "cpu_large"
         if reason is not None:
             batch.orientations[slot] = 1  # decoded upright here: nothing left to turn
+            start = time.thread_time()
             self.cpu.fill(batch, slot, data, seed)  # raises SampleError; sets lengths 0
             self.fallbacks[reason] += 1
+            if screen.progressive:
+                route.decoded_here(size[0] * size[1], time.thread_time() - start)
             return
+        if screen.progressive:
+            route.sent(size[0] * size[1])
         if self._probes > 0:
             self._time_on_cpu(batch, data, seed)
         batch.arena[self._end:self._end + len(data)] = np.frombuffer(data, np.uint8)
@@ -253,6 +259,7 @@ class Screen(NamedTuple):
     size: tuple[int, int] | None  # (width, height) as stored
     orientation: int = 1          # EXIF orientation, 1-8: the GPU stage reads it upright
     upright_size: tuple[int, int] | None = None  # (width, height) upright: the crop box's frame
+    progressive: bool = False     # a progressive JPEG, refused or not
 
 
 def gpu_screen(data: bytes, mode: str, limits: Limits, progressive_pixels: int = 0) -> Screen:
@@ -269,34 +276,101 @@ def gpu_screen(data: bytes, mode: str, limits: Limits, progressive_pixels: int =
         return Screen("size", img.size)
     if img.mode not in ("RGB", "L"):
         return Screen("color_" + img.mode.lower(), img.size)
-    if (img.info.get("progressive") or img.info.get("progression")) \
-            and width * height >= progressive_pixels:
-        return Screen("progressive", img.size)
+    progressive = bool(img.info.get("progressive") or img.info.get("progression"))
+    if progressive and width * height >= progressive_pixels:
+        return Screen("progressive", img.size, progressive=True)
     if img.mode == "RGB" and JpegImagePlugin.get_sampling(img) == -1:
         return Screen("subsampling", img.size)
     orientation = _orientation(img)  # outside 1-8: upright, as exif_transpose leaves it
     orientation = orientation if 1 <= orientation <= 8 else 1
-    return Screen(None, img.size, orientation, _upright_size(img, orientation))
+    return Screen(None, img.size, orientation, _upright_size(img, orientation), progressive)
 
 
-def gpu_progressive_pixels() -> int:
-    """IMAGELOADER_GPU_PROGRESSIVE: unset or 0, progressive JPEGs are decoded on the CPU;
-    1 or "all", every one on the GPU; a number of pixels, those smaller than that (a batch's
-    call waits for its slowest progressive JPEG's Huffman decode on one CPU thread, and the
-    packers decode a large one beside other batches instead)."""
+class ProgressiveRoute:
+    """Which progressive JPEGs one packer sends to the GPU (IMAGELOADER_GPU_PROGRESSIVE).
+
+    nvJPEG has no GPU Huffman decoder for progressive JPEGs: on the GPU a lane's hybrid
+    fallback decodes their Huffman part on one of its CPU threads, inside the batch's call, so
+    the call waits for the slowest. On an H200 (results/2026-11-30-h200-progressive-bound):
+    where 30% of the photos were progressive, sending those under 0.5 MP took the loader from
+    ~2.7k to ~4.4k img/s and fed ResNet-18 from ~2.2k to ~4.5k (the packers, decoding them,
+    were what the GPU waited for); where 1% were, it cost fed ResNet-18 ~3% (the packers had
+    time to spare, the calls got longer).
+
+    So by default ("auto") a packer sends them, under AUTO_PIXELS, only while decoding them
+    here would keep it busy more than BUSY_ON of its wall time, measured over windows of
+    WINDOW_S; it takes them back below BUSY_OFF. While it sends them, what they would cost here
+    is estimated from the CPU seconds per pixel it measured while it decoded them.
+    """
+
+    AUTO_PIXELS = 500_000   # a 0.5 MP progressive JPEG's Huffman decode takes ~5 ms of one
+    # core: well under a lane's batch call (~20-37 ms), where a 5 MP one takes ~50 ms
+    # (probe_progressive.py)
+    WINDOW_S = 1.0
+    MIN_IMAGES = 64         # a window's images before it decides (a packer's start is slow)
+    BUSY_ON, BUSY_OFF = 0.5, 0.25
+
+    def __init__(self, pixels: int, adaptive: bool, clock: Callable[[], float] = time.monotonic):
+        self.pixels = pixels      # the bound: those of fewer pixels may go to the GPU
+        self.adaptive = adaptive  # False: always send those (pixels 0: never)
+        self.sending = not adaptive
+        self._clock = clock
+        self._start = clock()
+        self._images = 0
+        self._seconds = 0.0       # this window: CPU seconds decoding them here
+        self._sent_pixels = 0     # this window: pixels of those sent
+        self._cost = [0.0, 0]     # all along: CPU seconds and pixels decoded here
+
+    @property
+    def may_send(self) -> bool:
+        """Whether this route can ever send one (the lanes then need their fallback)."""
+        return self.pixels > 0
+
+    def pixels_now(self) -> int:
+        """The bound for the next image (0: none goes to the GPU); counts it for the window."""
+        if self.adaptive:
+            self._images += 1
+            if self._images >= self.MIN_IMAGES and self._clock() - self._start >= self.WINDOW_S:
+                self._decide()
+        return self.pixels if self.sending else 0
+
+    def decoded_here(self, pixels: int, seconds: float) -> None:
+        self._seconds += seconds
+        self._cost[0] += seconds
+        self._cost[1] += pixels
+
+    def sent(self, pixels: int) -> None:
+        self._sent_pixels += pixels
+
+    def busy(self) -> float:
+        """This window's share of wall time that decoding them here takes (or would take)."""
+        seconds, pixels = self._cost
+        would = self._sent_pixels * seconds / pixels if pixels else 0.0
+        return (self._seconds + would) / max(self._clock() - self._start, 1e-9)
+
+    def _decide(self) -> None:
+        busy = self.busy()
+        self.sending = busy >= self.BUSY_ON or (self.sending and busy >= self.BUSY_OFF)
+        self._start, self._images, self._seconds, self._sent_pixels = self._clock(), 0, 0.0, 0
+
+
+def progressive_route() -> ProgressiveRoute:
+    """IMAGELOADER_GPU_PROGRESSIVE: unset or "auto", those under 0.5 MP while the packer is
+    busy decoding them (ProgressiveRoute); 0, none (all decoded by the packers); 1 or "all",
+    every one; a number of pixels, always those smaller than that."""
     value = os.environ.get(GPU_PROGRESSIVE, "").strip().lower()
-    if value in ("", "0"):
-        return 0
+    if value in ("", "auto"):
+        return ProgressiveRoute(ProgressiveRoute.AUTO_PIXELS, adaptive=True)
     if value in ("1", "all"):
-        return 1 << 62
+        return ProgressiveRoute(1 << 62, adaptive=False)
     try:
         pixels = int(value)
     except ValueError:
         pixels = -1
     if pixels < 0:
-        raise ValueError(f'{GPU_PROGRESSIVE} must be 0, 1, "all" or a number of pixels, '
-                         f"got {value!r}")
-    return pixels
+        raise ValueError(f'{GPU_PROGRESSIVE} must be "auto", 0, 1, "all" or a number of '
+                         f"pixels, got {value!r}")
+    return ProgressiveRoute(pixels, adaptive=False)
 
 
 def open_image(data: bytes, formats: tuple[str, ...], limits: Limits) -> Image.Image:

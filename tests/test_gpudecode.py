@@ -22,7 +22,7 @@ from conftest import (assert_labels_match_pixels, class_level, encode, labeled_f
 from imageloader import ImageLoader, Options, gpucrop
 from imageloader.batch import FALLBACK, batch_layout, views_of
 from imageloader.decode import (GPU_PROGRESSIVE, Augment, Decoder, JpegPacker,
-                                gpu_progressive_pixels, gpu_screen)
+                                ProgressiveRoute, gpu_screen, progressive_route)
 from imageloader.errors import Limits
 from imageloader.gpudecode import GpuDecode, Packed, choose_crop
 from imageloader.prefetch import Backlog
@@ -626,26 +626,103 @@ def test_cuda_decode_matches_cpu_decode_in_eval_mode(tmp_path):
         assert diff.max() <= 2.0, diff  # nvJPEG vs libjpeg, antialiased bilinear both ways
 
 
-def test_the_progressive_switch_reads_off_all_or_a_pixel_bound(monkeypatch):
+def test_the_progressive_switch_reads_auto_off_all_or_a_pixel_bound(monkeypatch):
     monkeypatch.delenv(GPU_PROGRESSIVE, raising=False)
-    assert gpu_progressive_pixels() == 0
-    for value, pixels in (("0", 0), ("1", 1 << 62), ("all", 1 << 62), (" 500000 ", 500000)):
-        monkeypatch.setenv(GPU_PROGRESSIVE, value)
-        assert gpu_progressive_pixels() == pixels
+    for value, pixels, adaptive in ((None, 500000, True), ("auto", 500000, True),
+                                    ("0", 0, False), ("1", 1 << 62, False),
+                                    ("all", 1 << 62, False), (" 500000 ", 500000, False)):
+        if value is not None:
+            monkeypatch.setenv(GPU_PROGRESSIVE, value)
+        route = progressive_route()
+        assert (route.pixels, route.adaptive, route.may_send) == (pixels, adaptive, pixels > 0)
+        # auto starts by decoding them in the packer; a fixed bound sends from the first
+        assert route.pixels_now() == (0 if adaptive else pixels)
     for bad in ("yes", "-5", "1.5"):
         monkeypatch.setenv(GPU_PROGRESSIVE, bad)
         with pytest.raises(ValueError, match=GPU_PROGRESSIVE):
-            gpu_progressive_pixels()
+            progressive_route()
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def route_through(route, clock, images, wall, every=1, decode=0.015, pixels=100_000):
+    """`images` images through a packer's route, each taking `wall` seconds of the packer's
+    time; one in `every` a progressive JPEG (0: none), which takes `decode` seconds more when
+    decoded here. The bound each image saw."""
+    bounds = []
+    for k in range(images):
+        bound = route.pixels_now()
+        bounds.append(bound)
+        if every and k % every == 0:
+            if pixels < bound:
+                route.sent(pixels)
+            else:
+                route.decoded_here(pixels, decode)
+                clock.now += decode
+        clock.now += wall
+    return bounds
+
+
+def test_auto_sends_progressive_jpegs_while_decoding_them_would_keep_the_packer_busy():
+    """ProgressiveRoute ("auto"): off while decoding them takes a small share of the
+    packer's wall time; on from the window where it takes more than half, and kept on while
+    what the sent ones would cost here (at the CPU seconds per pixel measured) stays above a
+    quarter; off again when they stop coming. A window decides after 1 s and 64 images."""
+    clock = Clock()
+    route = ProgressiveRoute(500_000, adaptive=True, clock=clock)
+    # 1% progressive at 15 ms each, the packer at ~2 ms an image: ~7% busy, kept here
+    assert set(route_through(route, clock, 1000, 0.002, every=100)) == {0}
+    # a window of 60 images over 4 s (too few to decide), busy all along
+    assert set(route_through(route, clock, 60, 0.05)) == {0}
+    # every one progressive, 15 ms of the packer's 18: the next window sends them
+    bounds = route_through(route, clock, 200, 0.003)
+    assert 0 in bounds and bounds[-1] == 500_000
+    # sent, the packer takes 3 ms an image: what they would cost here (15 ms, at the
+    # seconds per pixel it measured) keeps them going
+    assert set(route_through(route, clock, 2000, 0.003)) == {500_000}
+    assert route.busy() > 1
+    # plain JPEGs again: nothing to send, it takes them back
+    assert route_through(route, clock, 2000, 0.003, every=0)[-1] == 0
+    # a fixed bound never changes
+    fixed = ProgressiveRoute(500_000, adaptive=False, clock=clock)
+    assert set(route_through(fixed, clock, 2000, 0.01, every=0)) == {500_000}
+
+
+def test_a_packer_on_auto_packs_progressive_jpegs_for_the_gpu_once_they_keep_it_busy():
+    """JpegPacker with "auto": it decodes progressive JPEGs itself, timing them, until a
+    window finds them taking most of its wall time; the next ones it packs for the GPU."""
+    cpu = Decoder(Augment.make(48, True))
+    buf = BufferPool(1, 80, cpu.out_shape, arena_bytes=1 << 20).lease()
+    packer, clock = JpegPacker(cpu), Clock()
+    packer.progressive = ProgressiveRoute(500_000, adaptive=True, clock=clock)
+    packer.progressive.WINDOW_S = 0.0  # decide at 64 images; the clock stands still: all the
+    # packer's wall time is its decoding
+    packer.start(buf.arrays)
+    for slot in range(80):
+        packer.fill(buf.arrays, slot, progressive_jpeg(50), slot)
+    lengths = buf.arrays.lengths[:80]
+    assert (lengths[:63] == 0).all() and (lengths[63:] > 0).all()  # the 64th is sent
+    assert packer.take_fallbacks() == {"progressive": 63}
 
 
 @cuda
-@pytest.mark.parametrize("progressive_to_gpu", [False, True])
-def test_cuda_decode_train_labels_pixels_and_fallbacks(tmp_path, monkeypatch, progressive_to_gpu):
-    """What the packers refuse is decoded on the CPU and counted by why; with
-    IMAGELOADER_GPU_PROGRESSIVE=1 (an experiment) a progressive JPEG goes to the GPU, where
-    the engines refuse it and the hybrid backend decodes it in the same call."""
-    if progressive_to_gpu:
-        monkeypatch.setenv(GPU_PROGRESSIVE, "1")
+@pytest.mark.parametrize("switch", [None, "0", "1"])
+def test_cuda_decode_train_labels_pixels_and_fallbacks(tmp_path, monkeypatch, switch):
+    """What the packers refuse is decoded on the CPU and counted by why. A progressive JPEG
+    too, by default (too few images for "auto" to measure the packers busy) and with
+    IMAGELOADER_GPU_PROGRESSIVE=0; with =1 it goes to the GPU, where the engines refuse it
+    and the hybrid backend decodes it in the same call."""
+    if switch is None:
+        monkeypatch.delenv(GPU_PROGRESSIVE, raising=False)
+    else:
+        monkeypatch.setenv(GPU_PROGRESSIVE, switch)
+    progressive_to_gpu = switch == "1"
     files = labeled_files(4, 6)
     files += [("t/c01/cmyk.jpg", cmyk_jpeg(class_level(1))),
               ("t/c02/prog.jpg", progressive_jpeg(class_level(2))),
@@ -1001,12 +1078,14 @@ def test_each_nvimgcodec_engine_matches_the_cpu_path(engine, monkeypatch):
 def test_the_hardware_lane_decodes_what_the_engines_refuse_with_the_other_backends(
         engine, in_one_call, monkeypatch):
     """The engines take baseline JPEGs only; a progressive one reaching them is decoded by
-    the other backends: after the engines' call (the packers route progressive JPEGs to the
-    CPU; a lane must not depend on it), or with IMAGELOADER_GPU_PROGRESSIVE=1 in that same
-    call by the hybrid backend. A first call of two JPEGs must not leave later, larger
-    batches to the hybrid backend (nvbatch.c's LOAD_HINT_ALL)."""
+    the other backends: in that same call by the hybrid backend (by default), or with
+    IMAGELOADER_GPU_PROGRESSIVE=0 after the engines' call (the packers then route progressive
+    JPEGs to the CPU; a lane must not depend on it). A first call of two JPEGs must not leave
+    later, larger batches to the hybrid backend (nvbatch.c's LOAD_HINT_ALL)."""
     if in_one_call:
-        monkeypatch.setenv(GPU_PROGRESSIVE, "1")
+        monkeypatch.delenv(GPU_PROGRESSIVE, raising=False)
+    else:
+        monkeypatch.setenv(GPU_PROGRESSIVE, "0")
     decoder = nvimgcodec_engine(engine)
     progressive = [encode(Image.open(io.BytesIO(photo(seed, (96, 64), fmt="PNG"))), "JPEG",
                           progressive=True, quality=90) for seed in (2, 3)]

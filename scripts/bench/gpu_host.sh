@@ -66,8 +66,8 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR regions [photos|fixed]  # the loader alone with
 #                                 # regions off and on from 1 MP, 0.25 MP, every image, ~4 min
 #   SHARE=0.3 bash scripts/bench/gpu_host.sh OUT_DIR progressive  # photos with that share
-#                                 # progressive: decoded by the packers, and on the GPU (all, and
-#                                 # under 0.5 MP: PROGRESSIVE), the loader alone, ~4 min
+#                                 # progressive: decoded by the packers against "auto" (or each
+#                                 # of PROGRESSIVE: 1, a pixel bound), the loader alone, ~3 min
 # bench builds two 32,000-image archives (ImageNet-like 500x375, and varied photos with a
 # tail of large ones: make_imagenet_like.py --sizes), measures the inflate rate per core and
 # the plain copy (bench_inflate.py), then on each archive: the loader alone (its first epoch and
@@ -745,14 +745,15 @@ regions() {  # KIND: the loader alone with regions off ("base") and on ("this") 
 
 progressive() {  # SHARE (0.3): photos of which that share is progressive (0.01: as the plain
   # photos); the loader alone (MODELS: those models fed) with progressive JPEGs decoded by the
-  # packers ("base") against the GPU (IMAGELOADER_GPU_PROGRESSIVE) for each of PROGRESSIVE
-  # ("1 500000": every one; those of fewer pixels), interleaved as versus does (ROUNDS 1)
+  # packers ("base": IMAGELOADER_GPU_PROGRESSIVE=0) against each of PROGRESSIVE ("auto": the
+  # default, sent while they keep a packer busy; 1: every one to the GPU; a number: those of
+  # fewer pixels), interleaved as versus does (ROUNDS 1)
   local share=${SHARE:-0.3} whole=$data
   data="$whole/progressive-$share"; mkdir -p "$data"
   ensure_archive "$data/photos-16000.tgz" --sizes photos --images 16000 \
     --progressive-share "$share"
-  versus_each IMAGELOADER_GPU_PROGRESSIVE photos packers "GPU below pixels" \
-    ${PROGRESSIVE:-1 500000}
+  BASE_ENV=IMAGELOADER_GPU_PROGRESSIVE=0 versus_each IMAGELOADER_GPU_PROGRESSIVE photos \
+    packers "GPU progressive" ${PROGRESSIVE:-auto}
   data=$whole
 }
 
