@@ -301,7 +301,8 @@ class ProgressiveRoute:
     So by default ("auto") a packer sends them, under AUTO_PIXELS, only while decoding them
     here would keep it busy more than BUSY_ON of its wall time, measured over windows of
     WINDOW_S; it takes them back below BUSY_OFF. While it sends them, what they would cost here
-    is estimated from the CPU seconds per pixel it measured while it decoded them.
+    is estimated from the CPU seconds per pixel it measured while it decoded those under the
+    bound.
     """
 
     AUTO_PIXELS = 500_000   # a 0.5 MP progressive JPEG's Huffman decode takes ~5 ms of one
@@ -337,8 +338,10 @@ class ProgressiveRoute:
 
     def decoded_here(self, pixels: int, seconds: float) -> None:
         self._seconds += seconds
-        self._cost[0] += seconds
-        self._cost[1] += pixels
+        if pixels < self.pixels:  # of the kind it sends: what sending one saves. Larger ones,
+            # decoded at 1/2-1/8 scale for their crop, cost less per pixel.
+            self._cost[0] += seconds
+            self._cost[1] += pixels
 
     def sent(self, pixels: int) -> None:
         self._sent_pixels += pixels

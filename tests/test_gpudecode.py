@@ -694,6 +694,23 @@ def test_auto_sends_progressive_jpegs_while_decoding_them_would_keep_the_packer_
     assert set(route_through(fixed, clock, 2000, 0.01, every=0)) == {500_000}
 
 
+def test_auto_prices_what_it_sends_by_the_ones_under_its_bound():
+    """While it sends the small ones, a packer still decodes the large ones, each at 1/2-1/8
+    scale for its crop and so cheaper per pixel: they must not make the small ones it sends
+    look cheap, and the route give them back to a packer that would be busy."""
+    clock = Clock()
+    route = ProgressiveRoute(500_000, adaptive=True, clock=clock)
+    route_through(route, clock, 200, 0.003)  # small ones at 15 ms: sending by the end
+    assert route.pixels_now() == 500_000
+    for _ in range(2000):
+        route.pixels_now()
+        route.sent(100_000)                     # 15 ms here, as measured
+        route.decoded_here(2_000_000, 0.005)    # a 2 MP one at 1/4 scale: 5 ms
+        clock.now += 0.005 + 0.006
+    assert route.pixels_now() == 500_000
+    assert route.busy() > 1.5  # (5 + 15) ms of every 11
+
+
 def test_a_packer_on_auto_packs_progressive_jpegs_for_the_gpu_once_they_keep_it_busy():
     """JpegPacker with "auto": it decodes progressive JPEGs itself, timing them, until a
     window finds them taking most of its wall time; the next ones it packs for the GPU."""
