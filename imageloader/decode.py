@@ -321,7 +321,8 @@ class ProgressiveRoute:
         self._images = 0
         self._seconds = 0.0       # this window: CPU seconds decoding them here
         self._sent_pixels = 0     # this window: pixels of those sent
-        self._cost = [0.0, 0]     # all along: CPU seconds and pixels decoded here
+        self._cost = [0.0, 0]     # all along: CPU seconds and pixels of those under the
+        # bound decoded here
 
     @property
     def may_send(self) -> bool:
