@@ -209,6 +209,7 @@ class JpegPacker:
             return
         if screen.progressive:
             route.sent(size[0] * size[1])
+            self.fallbacks["progressive_sent"] += 1  # one of "gpu_decoded": auto's choice seen
         if self._probes > 0:
             self._time_on_cpu(batch, data, seed)
         batch.arena[self._end:self._end + len(data)] = np.frombuffer(data, np.uint8)

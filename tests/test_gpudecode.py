@@ -725,7 +725,7 @@ def test_a_packer_on_auto_packs_progressive_jpegs_for_the_gpu_once_they_keep_it_
         packer.fill(buf.arrays, slot, progressive_jpeg(50), slot)
     lengths = buf.arrays.lengths[:80]
     assert (lengths[:63] == 0).all() and (lengths[63:] > 0).all()  # the 64th is sent
-    assert packer.take_fallbacks() == {"progressive": 63}
+    assert packer.take_fallbacks() == {"progressive": 63, "progressive_sent": 17}
 
 
 @cuda
@@ -758,7 +758,8 @@ def test_cuda_decode_train_labels_pixels_and_fallbacks(tmp_path, monkeypatch, sw
         return
     # Not decoded again after the call: none counted (the lanes' own test checks it)
     assert fallbacks.pop("engines_refused", 0) <= 1
-    assert fallbacks == {"gpu_decoded": 26, "color_cmyk": 1, "not_jpeg": 1}
+    assert fallbacks == {"gpu_decoded": 26, "progressive_sent": 1, "color_cmyk": 1,
+                         "not_jpeg": 1}
 
 
 @cuda
