@@ -17,8 +17,8 @@ import pytest
 import torch
 from PIL import Image, ImageOps
 
-from conftest import (assert_labels_match_pixels, class_level, encode, labeled_files, photo,
-                      solid, write_archive)
+from conftest import (Clock, assert_labels_match_pixels, class_level, encode, labeled_files,
+                      photo, solid, write_archive)
 from imageloader import ImageLoader, Options, gpucrop
 from imageloader.batch import FALLBACK, batch_layout, views_of
 from imageloader.decode import (GPU_PROGRESSIVE, Augment, Decoder, JpegPacker,
@@ -641,14 +641,6 @@ def test_the_progressive_switch_reads_auto_off_all_or_a_pixel_bound(monkeypatch)
         monkeypatch.setenv(GPU_PROGRESSIVE, bad)
         with pytest.raises(ValueError, match=GPU_PROGRESSIVE):
             progressive_route()
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
 
 
 def route_through(route, clock, images, wall, every=1, decode=0.015, pixels=100_000):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import Clock
 
 from imageloader.batch import batch_layout, views_of
 from imageloader.pool import BufferPool
@@ -30,14 +31,6 @@ def test_each_buffer_carries_the_share_given_when_it_was_handed_out():
 def test_a_bad_share_is_a_clear_error(bad):
     with pytest.raises(ValueError, match="cpu_share"):
         share_control(bad)
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
 
 
 def consume(trial: TrialShare, clock: Clock, shares: list[float], step: float) -> None:
