@@ -728,8 +728,8 @@ versus() {  # KIND: the loader alone from this tree and from $BASE (another comm
 }
 
 versus_each() {  # VAR KIND OFF ON VALUE...: versus on this tree (BASE=.; MODELS, LANES and
-  # WINDOW as there; ROUNDS 1), VAR unset (rows labelled OFF) against VAR=VALUE (labelled
-  # "ON VALUE"), for each VALUE
+  # WINDOW as there; ROUNDS 1), VAR unset or as BASE_ENV sets it (rows labelled OFF) against
+  # VAR=VALUE (labelled "ON VALUE"), for each VALUE
   local var=$1 kind=$2 off=$3 on=$4 value; shift 4
   for value in "$@"; do
     THIS_ENV="$var=$value" BASE=. ROUNDS=${ROUNDS:-1} versus "$kind" \

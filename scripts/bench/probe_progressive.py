@@ -1,13 +1,14 @@
 """What a progressive JPEG costs one CPU core by its size: Pillow's decode of the same photo as a
 baseline and as a progressive JPEG, whole and at 1/8 scale.
 
-With IMAGELOADER_GPU_PROGRESSIVE set, progressive JPEGs reach the engines' lane, where nvJPEG's
-hybrid backend decodes their Huffman code on one of the decoder's CPU threads (there is no GPU
-Huffman decoder for them): a batch's call lasts at least as long as its slowest one. At 1/8
-scale libjpeg still decodes every coefficient but does almost no IDCT, so that time is about
-the Huffman part alone, what such a thread spends; the whole decode is what a packer spends.
-Which size keeps it under a lane's batch time (~20-37 ms on an H200 host) is the pixel bound
-to try (`gpu_host.sh OUT progressive`).
+When the packers send progressive JPEGs on (IMAGELOADER_GPU_PROGRESSIVE; by default while
+they keep a packer busy), they reach the engines' lane, where nvJPEG's hybrid backend decodes
+their Huffman code on one of the decoder's CPU threads (there is no GPU Huffman decoder for
+them): a batch's call lasts at least as long as its slowest one. At 1/8 scale libjpeg still
+decodes every coefficient but does almost no IDCT, so that time is about the Huffman part
+alone, what such a thread spends; the whole decode is what a packer spends. Which size keeps
+it under a lane's batch time (~20-37 ms on an H200 host) is the pixel bound to try
+(`gpu_host.sh OUT progressive`).
 
     python scripts/bench/probe_progressive.py --out progressive.json
 """
