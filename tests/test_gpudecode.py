@@ -68,7 +68,7 @@ def test_screening_sends_only_baseline_jpegs_to_the_gpu():
     assert gpu_screen(solid(50, fmt="PNG"), "RGB", limits)[0] == "not_jpeg"
     assert gpu_screen(cmyk_jpeg(50), "RGB", limits)[0] == "color_cmyk"
     assert gpu_screen(progressive_jpeg(50), "RGB", limits)[0] == "progressive"
-    # IMAGELOADER_GPU_PROGRESSIVE's experiment: those of fewer pixels than its bound (40x30)
+    # IMAGELOADER_GPU_PROGRESSIVE's bound: those of fewer pixels than it pass (40x30)
     assert gpu_screen(progressive_jpeg(50), "RGB", limits, 1 << 62)[0] is None
     assert gpu_screen(progressive_jpeg(50), "RGB", limits, 1201)[0] is None
     assert gpu_screen(progressive_jpeg(50), "RGB", limits, 1200)[0] == "progressive"
