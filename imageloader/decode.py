@@ -295,35 +295,41 @@ class ProgressiveRoute:
     fallback decodes their Huffman part on one of its CPU threads, inside the batch's call, so
     the call waits for the slowest. On an H200 (results/2026-11-30-h200-progressive-bound):
     where 30% of the photos were progressive, sending those under 0.5 MP took the loader from
-    ~2.7k to ~4.4k img/s and fed ResNet-18 from ~2.2k to ~4.5k (the packers, decoding them,
-    were what the GPU waited for); where 1% were, it cost fed ResNet-18 ~3% (the packers had
-    time to spare, the calls got longer).
+    ~2.7k to ~4.4k img/s and fed ResNet-18 from ~2.2k to ~4.5k, sending every one fed it at
+    ~6.5k (the packers, decoding them, were what the GPU waited for); where 1% were, sending
+    those under 0.5 MP cost fed ResNet-18 ~3% (the packers had time to spare, the calls got
+    longer).
 
-    So by default ("auto") a packer sends them, under AUTO_PIXELS, only while decoding them
-    here would keep it busy more than BUSY_ON of its wall time, measured over windows of
-    WINDOW_S; it takes them back below BUSY_OFF. While it sends them, what they would cost here
-    is estimated from the CPU seconds per pixel it measured while it decoded those under the
-    bound.
+    So by default ("auto") a packer climbs LEVELS, measured over windows of WINDOW_S: it sends
+    none while decoding them here would keep it busy less than BUSY_ON of its wall time; then
+    those under AUTO_PIXELS; then every one, if the larger ones it still decodes keep it that
+    busy. It steps down from every one when all of them here would take less than BUSY_ON,
+    and to none below BUSY_OFF. What the sent ones would cost here is estimated from the CPU
+    seconds per pixel it measured on each kind (under or over AUTO_PIXELS) while it decoded
+    them: large ones, decoded at 1/2-1/8 scale for their crop, cost less per pixel.
     """
 
     AUTO_PIXELS = 500_000   # a 0.5 MP progressive JPEG's Huffman decode takes ~5 ms of one
     # core: well under a lane's batch call (~20-37 ms), where a 5 MP one takes ~50 ms
     # (probe_progressive.py)
+    ALL = 1 << 62
+    LEVELS = (0, AUTO_PIXELS, ALL)  # auto's bounds: none, the small ones, every one
     WINDOW_S = 1.0
     MIN_IMAGES = 64         # a window's images before it decides (a packer's start is slow)
     BUSY_ON, BUSY_OFF = 0.5, 0.25
 
     def __init__(self, pixels: int, adaptive: bool, clock: Callable[[], float] = time.monotonic):
-        self.pixels = pixels      # the bound: those of fewer pixels may go to the GPU
+        self.pixels = self.LEVELS[-1] if adaptive else pixels  # the most it may ever send:
+        # those of fewer pixels
         self.adaptive = adaptive  # False: always send those (pixels 0: never)
-        self.sending = not adaptive
+        self.level = 0 if adaptive else None
         self._clock = clock
         self._start = clock()
         self._images = 0
         self._seconds = 0.0       # this window: CPU seconds decoding them here
-        self._sent_pixels = 0     # this window: pixels of those sent
-        self._cost = [0.0, 0]     # all along: CPU seconds and pixels of those under the
-        # bound decoded here
+        self._sent = [0, 0]       # this window: pixels of those sent, small and large
+        self._cost = [[0.0, 0], [0.0, 0]]  # all along: CPU seconds and pixels of those
+        # decoded here, small and large
 
     @property
     def may_send(self) -> bool:
@@ -332,43 +338,60 @@ class ProgressiveRoute:
 
     def pixels_now(self) -> int:
         """The bound for the next image (0: none goes to the GPU); counts it for the window."""
-        if self.adaptive:
-            self._images += 1
-            if self._images >= self.MIN_IMAGES and self._clock() - self._start >= self.WINDOW_S:
-                self._decide()
-        return self.pixels if self.sending else 0
+        if not self.adaptive:
+            return self.pixels
+        self._images += 1
+        if self._images >= self.MIN_IMAGES and self._clock() - self._start >= self.WINDOW_S:
+            self._decide()
+        return self.LEVELS[self.level]
 
     def decoded_here(self, pixels: int, seconds: float) -> None:
         self._seconds += seconds
-        if pixels < self.pixels:  # of the kind it sends: what sending one saves. Larger ones,
-            # decoded at 1/2-1/8 scale for their crop, cost less per pixel.
-            self._cost[0] += seconds
-            self._cost[1] += pixels
+        cost = self._cost[pixels >= self.AUTO_PIXELS]
+        cost[0] += seconds
+        cost[1] += pixels
 
     def sent(self, pixels: int) -> None:
-        self._sent_pixels += pixels
+        self._sent[pixels >= self.AUTO_PIXELS] += pixels
+
+    def _wall(self) -> float:
+        return max(self._clock() - self._start, 1e-9)
+
+    def busy_here(self) -> float:
+        """This window's share of wall time spent decoding them here."""
+        return self._seconds / self._wall()
 
     def busy(self) -> float:
-        """This window's share of wall time that decoding them here takes (or would take)."""
-        seconds, pixels = self._cost
-        would = self._sent_pixels * seconds / pixels if pixels else 0.0
-        return (self._seconds + would) / max(self._clock() - self._start, 1e-9)
+        """This window's share of wall time that decoding all of them here takes (or would)."""
+        prices = [seconds / pixels if pixels else None for seconds, pixels in self._cost]
+        would = 0.0
+        for kind, pixels in enumerate(self._sent):
+            price = prices[kind] if prices[kind] is not None else prices[1 - kind]
+            would += pixels * (price or 0.0)
+        return self.busy_here() + would / self._wall()
 
     def _decide(self) -> None:
-        busy = self.busy()
-        self.sending = busy >= self.BUSY_ON or (self.sending and busy >= self.BUSY_OFF)
-        self._start, self._images, self._seconds, self._sent_pixels = self._clock(), 0, 0.0, 0
+        busy, level = self.busy(), self.level
+        if level == 0 and busy >= self.BUSY_ON:
+            level = 1
+        elif level == 1 and self.busy_here() >= self.BUSY_ON:
+            level = 2  # the large ones alone keep it busy: send them too
+        elif (level == 1 and busy < self.BUSY_OFF) or (level == 2 and busy < self.BUSY_ON):
+            level -= 1
+        self.level = level
+        self._start, self._images, self._seconds, self._sent = self._clock(), 0, 0.0, [0, 0]
 
 
 def progressive_route() -> ProgressiveRoute:
     """IMAGELOADER_GPU_PROGRESSIVE: unset or "auto", those under 0.5 MP while the packer is
-    busy decoding them (ProgressiveRoute); 0, none (all decoded by the packers); 1 or "all",
-    every one; a number of pixels, always those smaller than that."""
+    busy decoding them, every one while it stays busy (ProgressiveRoute); 0, none (all decoded
+    by the packers); 1 or "all", every one; a number of pixels, always those smaller than
+    that."""
     value = os.environ.get(GPU_PROGRESSIVE, "").strip().lower()
     if value in ("", "auto"):
         return ProgressiveRoute(ProgressiveRoute.AUTO_PIXELS, adaptive=True)
     if value in ("1", "all"):
-        return ProgressiveRoute(1 << 62, adaptive=False)
+        return ProgressiveRoute(ProgressiveRoute.ALL, adaptive=False)
     try:
         pixels = int(value)
     except ValueError:

@@ -628,7 +628,7 @@ def test_cuda_decode_matches_cpu_decode_in_eval_mode(tmp_path):
 
 def test_the_progressive_switch_reads_auto_off_all_or_a_pixel_bound(monkeypatch):
     monkeypatch.delenv(GPU_PROGRESSIVE, raising=False)
-    for value, pixels, adaptive in ((None, 500000, True), ("auto", 500000, True),
+    for value, pixels, adaptive in ((None, 1 << 62, True), ("auto", 1 << 62, True),
                                     ("0", 0, False), ("1", 1 << 62, False),
                                     ("all", 1 << 62, False), (" 500000 ", 500000, False)):
         if value is not None:
@@ -701,6 +701,42 @@ def test_auto_prices_what_it_sends_by_the_ones_under_its_bound():
         clock.now += 0.005 + 0.006
     assert route.pixels_now() == 500_000
     assert route.busy() > 1.5  # (5 + 15) ms of every 11
+
+
+def test_auto_sends_every_one_while_the_large_ones_alone_keep_the_packer_busy():
+    """Sending the small ones is not enough where the large ones it still decodes take half
+    its time: the next window sends every one, priced per pixel as each kind cost here. When
+    all of them here would take under half its time, it goes back to the small ones; under a
+    quarter, to none."""
+    clock = Clock()
+    route = ProgressiveRoute(500_000, adaptive=True, clock=clock)
+    small, large = ProgressiveRoute.AUTO_PIXELS, ProgressiveRoute.ALL
+
+    def mixed(images, wall, every=1):  # a small one (15 ms here) and a large one (10 ms here)
+        bounds = []
+        for k in range(images):
+            bound = route.pixels_now()
+            bounds.append(bound)
+            for pixels, decode in ((100_000, 0.015), (2_000_000, 0.010)):
+                if not every or k % every:
+                    continue
+                if pixels < bound:
+                    route.sent(pixels)
+                else:
+                    route.decoded_here(pixels, decode)
+                    clock.now += decode
+            clock.now += wall
+        return bounds
+
+    bounds = mixed(400, 0.003)
+    assert bounds[0] == 0 and small in bounds and bounds[-1] == large  # one level a window
+    assert bounds.index(large) > bounds.index(small)
+    assert set(mixed(3000, 0.003)) == {large}  # 25 ms here per 3 ms: stays
+    assert 0.3 * 25 / 3 < route.busy() < 3 * 25 / 3  # each kind at its own price, not 0
+    # one pair in 20 (1.25 ms here per 3 ms an image: 0.42): back to the small ones, where
+    # the large ones it decodes again take 0.1, so it stays there
+    assert mixed(3000, 0.003, every=20)[-1] == small
+    assert mixed(3000, 0.003, every=0)[-1] == 0  # none at all: none sent
 
 
 def test_a_packer_on_auto_packs_progressive_jpegs_for_the_gpu_once_they_keep_it_busy():
