@@ -293,15 +293,15 @@ class ProgressiveRoute:
 
     nvJPEG has no GPU Huffman decoder for progressive JPEGs: on the GPU a lane's hybrid
     fallback decodes their Huffman part on one of its CPU threads, inside the batch's call, so
-    the call waits for the slowest. On an H200 (results/2026-11-30-h200-progressive-bound):
-    where 30% of the photos were progressive, sending those under 0.5 MP took the loader from
-    ~2.7k to ~4.4k img/s and fed ResNet-18 from ~2.2k to ~4.5k, sending every one fed it at
-    ~6.5k (the packers, decoding them, were what the GPU waited for); where 1% were, sending
-    those under 0.5 MP cost fed ResNet-18 ~3% (the packers had time to spare, the calls got
-    longer).
+    the call waits for the slowest. On an H200 (results/2026-11-30-h200-progressive-bound and
+    -climb): where 30% of the photos were progressive, sending those under 0.5 MP took the
+    loader from ~2.7k to ~4.4k img/s and fed ResNet-18 from ~2.2k to ~4.5k, sending every one
+    fed it at ~6.5k (the packers, decoding them, were what the GPU waited for); where 1% were,
+    sending those under 0.5 MP cost fed ResNet-18 ~3% (the packers had time to spare, the
+    calls got longer); where 5% were, sending every one gained nothing.
 
-    So by default ("auto") a packer climbs LEVELS, measured over windows of WINDOW_S: it sends
-    none while decoding them here would keep it busy less than BUSY_ON of its wall time; then
+    So by default ("auto") a packer climbs three levels, measured over windows of WINDOW_S: it
+    sends none while decoding them here would keep it busy less than BUSY_ON of its wall time; then
     those under AUTO_PIXELS; then every one, if the larger ones it still decodes keep it that
     busy. It steps down from every one when all of them here would take less than BUSY_ON,
     and to none below BUSY_OFF. What the sent ones would cost here is estimated from the CPU
@@ -313,16 +313,16 @@ class ProgressiveRoute:
     # core: well under a lane's batch call (~20-37 ms), where a 5 MP one takes ~50 ms
     # (probe_progressive.py)
     ALL = 1 << 62
-    LEVELS = (0, AUTO_PIXELS, ALL)  # auto's bounds: none, the small ones, every one
     WINDOW_S = 1.0
     MIN_IMAGES = 64         # a window's images before it decides (a packer's start is slow)
     BUSY_ON, BUSY_OFF = 0.5, 0.25
 
     def __init__(self, pixels: int, adaptive: bool, clock: Callable[[], float] = time.monotonic):
-        self.pixels = self.LEVELS[-1] if adaptive else pixels  # the most it may ever send:
-        # those of fewer pixels
-        self.adaptive = adaptive  # False: always send those (pixels 0: never)
-        self.level = 0 if adaptive else None
+        self.pixels = pixels      # the most it may send: those of fewer pixels (0: none)
+        self.adaptive = adaptive  # False: always send those
+        # the bounds it climbs: none, the small ones, all it may; a fixed route has one
+        self.levels = (0, min(self.AUTO_PIXELS, pixels), pixels) if adaptive else (pixels,)
+        self.level = 0
         self._clock = clock
         self._start = clock()
         self._images = 0
@@ -338,12 +338,11 @@ class ProgressiveRoute:
 
     def pixels_now(self) -> int:
         """The bound for the next image (0: none goes to the GPU); counts it for the window."""
-        if not self.adaptive:
-            return self.pixels
-        self._images += 1
-        if self._images >= self.MIN_IMAGES and self._clock() - self._start >= self.WINDOW_S:
-            self._decide()
-        return self.LEVELS[self.level]
+        if self.adaptive:
+            self._images += 1
+            if self._images >= self.MIN_IMAGES and self._clock() - self._start >= self.WINDOW_S:
+                self._decide()
+        return self.levels[self.level]
 
     def decoded_here(self, pixels: int, seconds: float) -> None:
         self._seconds += seconds
@@ -389,7 +388,7 @@ def progressive_route() -> ProgressiveRoute:
     that."""
     value = os.environ.get(GPU_PROGRESSIVE, "").strip().lower()
     if value in ("", "auto"):
-        return ProgressiveRoute(ProgressiveRoute.AUTO_PIXELS, adaptive=True)
+        return ProgressiveRoute(ProgressiveRoute.ALL, adaptive=True)
     if value in ("1", "all"):
         return ProgressiveRoute(ProgressiveRoute.ALL, adaptive=False)
     try:

@@ -667,7 +667,7 @@ def test_auto_sends_progressive_jpegs_while_decoding_them_would_keep_the_packer_
     what the sent ones would cost here (at the CPU seconds per pixel measured) stays above a
     quarter; off again when they stop coming. A window decides after 1 s and 64 images."""
     clock = Clock()
-    route = ProgressiveRoute(500_000, adaptive=True, clock=clock)
+    route = ProgressiveRoute(ProgressiveRoute.ALL, adaptive=True, clock=clock)
     # 1% progressive at 15 ms each, the packer at ~2 ms an image: ~7% busy, kept here
     assert set(route_through(route, clock, 1000, 0.002, every=100)) == {0}
     # a window of 60 images over 4 s (too few to decide), busy all along
@@ -691,7 +691,7 @@ def test_auto_prices_what_it_sends_by_the_ones_under_its_bound():
     scale for its crop and so cheaper per pixel: they must not make the small ones it sends
     look cheap, and the route give them back to a packer that would be busy."""
     clock = Clock()
-    route = ProgressiveRoute(500_000, adaptive=True, clock=clock)
+    route = ProgressiveRoute(ProgressiveRoute.ALL, adaptive=True, clock=clock)
     route_through(route, clock, 200, 0.003)  # small ones at 15 ms: sending by the end
     assert route.pixels_now() == 500_000
     for _ in range(2000):
@@ -709,7 +709,7 @@ def test_auto_sends_every_one_while_the_large_ones_alone_keep_the_packer_busy():
     all of them here would take under half its time, it goes back to the small ones; under a
     quarter, to none."""
     clock = Clock()
-    route = ProgressiveRoute(500_000, adaptive=True, clock=clock)
+    route = ProgressiveRoute(ProgressiveRoute.ALL, adaptive=True, clock=clock)
     small, large = ProgressiveRoute.AUTO_PIXELS, ProgressiveRoute.ALL
 
     def mixed(images, wall, every=1):  # a small one (15 ms here) and a large one (10 ms here)
@@ -745,7 +745,7 @@ def test_a_packer_on_auto_packs_progressive_jpegs_for_the_gpu_once_they_keep_it_
     cpu = Decoder(Augment.make(48, True))
     buf = BufferPool(1, 80, cpu.out_shape, arena_bytes=1 << 20).lease()
     packer, clock = JpegPacker(cpu), Clock()
-    packer.progressive = ProgressiveRoute(500_000, adaptive=True, clock=clock)
+    packer.progressive = ProgressiveRoute(ProgressiveRoute.ALL, adaptive=True, clock=clock)
     packer.progressive.WINDOW_S = 0.0  # decide at 64 images; the clock stands still: all the
     # packer's wall time is its decoding
     packer.start(buf.arrays)
