@@ -643,15 +643,18 @@ def test_the_progressive_switch_reads_auto_off_all_or_a_pixel_bound(monkeypatch)
             progressive_route()
 
 
-def route_through(route, clock, images, wall, every=1, decode=0.015, pixels=100_000):
+SMALL = ((100_000, 0.015),)  # a small progressive JPEG, 15 ms when decoded here
+
+
+def route_through(route, clock, images, wall, every=1, kinds=SMALL):
     """`images` images through a packer's route, each taking `wall` seconds of the packer's
-    time; one in `every` a progressive JPEG (0: none), which takes `decode` seconds more when
-    decoded here. The bound each image saw."""
+    time; one in `every` (0: none) brings progressive JPEGs of `kinds`: (pixels, the seconds
+    more each takes when decoded here). The bound each image saw."""
     bounds = []
     for k in range(images):
         bound = route.pixels_now()
         bounds.append(bound)
-        if every and k % every == 0:
+        for pixels, decode in (kinds if every and k % every == 0 else ()):
             if pixels < bound:
                 route.sent(pixels)
             else:
@@ -694,11 +697,9 @@ def test_auto_prices_what_it_sends_by_the_ones_under_its_bound():
     route = ProgressiveRoute(ProgressiveRoute.ALL, adaptive=True, clock=clock)
     route_through(route, clock, 200, 0.003)  # small ones at 15 ms: sending by the end
     assert route.pixels_now() == 500_000
-    for _ in range(2000):
-        route.pixels_now()
-        route.sent(100_000)                     # 15 ms here, as measured
-        route.decoded_here(2_000_000, 0.005)    # a 2 MP one at 1/4 scale: 5 ms
-        clock.now += 0.005 + 0.006
+    # with each small one, a 2 MP one decoded here at 1/4 scale: 5 ms (and 6 ms of the rest)
+    assert set(route_through(route, clock, 2000, 0.006,
+                             kinds=SMALL + ((2_000_000, 0.005),))) == {500_000}
     assert route.pixels_now() == 500_000
     assert route.busy() > 1.5  # (5 + 15) ms of every 11
 
@@ -711,32 +712,18 @@ def test_auto_sends_every_one_while_the_large_ones_alone_keep_the_packer_busy():
     clock = Clock()
     route = ProgressiveRoute(ProgressiveRoute.ALL, adaptive=True, clock=clock)
     small, large = ProgressiveRoute.AUTO_PIXELS, ProgressiveRoute.ALL
-
-    def mixed(images, wall, every=1):  # a small one (15 ms here) and a large one (10 ms here)
-        bounds = []
-        for k in range(images):
-            bound = route.pixels_now()
-            bounds.append(bound)
-            for pixels, decode in ((100_000, 0.015), (2_000_000, 0.010)):
-                if not every or k % every:
-                    continue
-                if pixels < bound:
-                    route.sent(pixels)
-                else:
-                    route.decoded_here(pixels, decode)
-                    clock.now += decode
-            clock.now += wall
-        return bounds
-
-    bounds = mixed(400, 0.003)
+    mixed = SMALL + ((2_000_000, 0.010),)  # with each small one a large one, 10 ms here
+    bounds = route_through(route, clock, 400, 0.003, kinds=mixed)
     assert bounds[0] == 0 and small in bounds and bounds[-1] == large  # one level a window
     assert bounds.index(large) > bounds.index(small)
-    assert set(mixed(3000, 0.003)) == {large}  # 25 ms here per 3 ms: stays
+    # 25 ms here per 3 ms: stays
+    assert set(route_through(route, clock, 3000, 0.003, kinds=mixed)) == {large}
     assert 0.3 * 25 / 3 < route.busy() < 3 * 25 / 3  # each kind at its own price, not 0
     # one pair in 20 (1.25 ms here per 3 ms an image: 0.42): back to the small ones, where
     # the large ones it decodes again take 0.1, so it stays there
-    assert mixed(3000, 0.003, every=20)[-1] == small
-    assert mixed(3000, 0.003, every=0)[-1] == 0  # none at all: none sent
+    assert route_through(route, clock, 3000, 0.003, every=20, kinds=mixed)[-1] == small
+    # none at all: none sent
+    assert route_through(route, clock, 3000, 0.003, every=0, kinds=mixed)[-1] == 0
 
 
 def test_a_packer_on_auto_packs_progressive_jpegs_for_the_gpu_once_they_keep_it_busy():
