@@ -52,8 +52,12 @@ log = logging.getLogger(__name__)
 
 # Sizes and priorities that were options once: tuning them measured no end-to-end gain
 # (scripts/bench/README.md, "Settings that became constants"). Tests set them here.
-ARENA_PER_IMAGE = 192 << 10     # decode="cuda": JPEG bytes per batch slot; a JPEG that does not
-                                # fit is decoded on the CPU (stats.fallbacks["arena_full"])
+ARENA_PER_IMAGE = 192 << 10     # decode="cuda": the least JPEG bytes per batch slot; a JPEG
+                                # that does not fit is decoded on the CPU
+                                # (stats.fallbacks["arena_full"]), so ...
+ARENA_HEADROOM = 1.5            # ... a slot holds this many times the archives' mean member
+ARENA_MAX_PER_IMAGE = 1 << 20   # where that is more, up to this (page-locked: ~0.25 GB a batch
+                                # of 256, ~4-6 GB over the pool); _arena_per_image says why
 RING_BYTES: int | None = None   # per worker, shared memory for member bytes in transit; None:
                                 # ~2 batches of them (_ring_bytes); 0: through pipes
 GPU_DECODE_NICE = 10            # added to readers' and packers' niceness with GPU decoding: the
@@ -171,6 +175,18 @@ def default_workers() -> int:
     dividing, 8 ranks would each start cores - 1 workers."""
     ranks_here = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
     return max(1, cores() // ranks_here - 1)
+
+
+def arena_per_image(mean_member_bytes: float | None) -> int:
+    """JPEG bytes a batch slot holds for GPU decoding, from the archives' mean member size.
+    Room for a batch of average members and then some (a batch of 256 drawn from photos
+    varies by a few % in bytes; a large photo takes many slots' room): the JPEGs that do not
+    fit are decoded by the packers on the CPU, many times slower than the engines. A fixed
+    192 KiB sent 17% of an archive of 1024x768 photos at quality 90 (228 KB) that way, 48% at
+    quality 95 (370 KB). Capped, as it is page-locked in every buffer of the pool: phone
+    photos (~3 MB) go partly to the CPU, which decodes them at a reduced scale (draft)."""
+    want = ARENA_HEADROOM * (mean_member_bytes or 0)
+    return int(min(max(want, ARENA_PER_IMAGE), max(ARENA_MAX_PER_IMAGE, ARENA_PER_IMAGE)))
 
 
 class ImageLoader:
@@ -427,7 +443,8 @@ class ImageLoader:
 
     def _make_pool(self) -> BufferPool:
         pin = self.device if self.device.type == "cuda" else None
-        arena = self.batch_size * ARENA_PER_IMAGE if self._gpu is not None else 0
+        arena = self.batch_size * arena_per_image(self._mean_member_bytes()) \
+            if self._gpu is not None else 0
         return BufferPool(self._buffer_count(), self.batch_size, self.decoder.out_shape,
                           pin_device=pin, shared=self.workers > 0, arena_bytes=arena,
                           pin_later=True)
@@ -457,16 +474,22 @@ class ImageLoader:
         return GPU_DECODE_NICE if self._gpu is not None else CPU_DECODE_NICE
 
     def _ring_bytes(self) -> int:
-        """Each worker's byte ring holds ~2 batches of compressed members. The mean member
-        size comes from fresh sidecars (never a new scan), else 128 KiB is assumed."""
+        """Each worker's byte ring holds ~2 batches of compressed members (128 KiB each where
+        their mean size is unknown)."""
         if RING_BYTES is not None:
             return RING_BYTES
-        mean = 128 << 10
+        mean = self._mean_member_bytes() or 128 << 10
+        return int(min(max(2 * self.batch_size * mean, 8 << 20), 512 << 20))
+
+    def _mean_member_bytes(self) -> float | None:
+        """The archives' bytes per image, from fresh sidecars (never a new scan); None where a
+        path has no sidecar yet or every source is a stream. Compressed bytes: JPEGs barely
+        compress."""
         paths = [os.fspath(s) for s in self.sources if not hasattr(s, "read")]
         counts = [cached_image_count(p) for p in paths]
-        if paths and all(c for c in counts):
-            mean = sum(file_stamp(p)["bytes"] for p in paths) / sum(counts)
-        return int(min(max(2 * self.batch_size * mean, 8 << 20), 512 << 20))
+        if not paths or not all(counts):
+            return None
+        return sum(file_stamp(p)["bytes"] for p in paths) / sum(counts)
 
     # For tests and scripts that look inside a started loader.
     @property

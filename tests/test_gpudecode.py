@@ -25,6 +25,8 @@ from imageloader.decode import (GPU_PROGRESSIVE, Augment, Decoder, JpegPacker,
                                 ProgressiveRoute, gpu_screen, progressive_route)
 from imageloader.errors import Limits
 from imageloader.gpudecode import GpuDecode, Packed, choose_crop
+from imageloader.loader import (ARENA_HEADROOM, ARENA_MAX_PER_IMAGE, ARENA_PER_IMAGE,
+                                arena_per_image)
 from imageloader.prefetch import Backlog
 from imageloader.gpujpeg import (DECODERS, ENGINES, NvImageCodecJpeg, SplitJpeg, available,
                                  decoder_turns_upright, has_jpeg_engines)
@@ -93,6 +95,39 @@ def test_packer_packs_bytes_and_decodes_the_rest_on_the_cpu():
     assert bytes(batch.arena[batch.offsets[2]:][:len(jpeg)]) == jpeg
     assert (batch.images[1] == 70).all()
     assert packer.take_fallbacks() == {"not_jpeg": 1, "arena_full": 1}
+
+
+def noisy_jpeg(level: int, seed: int) -> bytes:
+    """~230 KB: a photo archive of higher quality than the benchmarks' (110 KB a photo), its
+    mean gray level still `level`."""
+    rng = np.random.default_rng(seed)
+    pixels = np.clip(level + rng.integers(-18, 19, (500, 600, 3)), 0, 255).astype(np.uint8)
+    return encode(Image.fromarray(pixels), "JPEG", quality=98)
+
+
+def test_a_slot_holds_more_than_the_archives_mean_member_within_bounds():
+    assert arena_per_image(None) == arena_per_image(1000) == ARENA_PER_IMAGE
+    assert arena_per_image(300_000) == int(ARENA_HEADROOM * 300_000) > ARENA_PER_IMAGE
+    assert arena_per_image(3_300_000) == ARENA_MAX_PER_IMAGE  # phone photos: page-locked
+
+
+def test_an_arena_sized_from_the_archive_sends_every_large_jpeg_to_the_gpu():
+    """JPEGs above the old fixed room per slot: with it, part of every batch was decoded on
+    the packers' CPU (arena_full); with the room sized from their mean, none is."""
+    jpegs = [noisy_jpeg(20 + 23 * (k % 4), k) for k in range(8)]
+    mean = sum(map(len, jpegs)) / len(jpegs)
+    turned_away = {}
+    for per_image in (ARENA_PER_IMAGE, arena_per_image(mean)):
+        layout = batch_layout(8, (8, 8, 3), arena_bytes=8 * per_image)
+        batch = views_of(bytearray(layout.nbytes), layout)
+        packer = JpegPacker(Decoder(Augment.make(8, False)))
+        packer.start(batch)
+        for slot, data in enumerate(jpegs):
+            packer.fill(batch, slot, data, slot)
+        turned_away[per_image] = packer.take_fallbacks().get("arena_full", 0)
+        packed = batch.lengths > 0
+        assert packed.sum() + turned_away[per_image] == 8
+    assert turned_away == {ARENA_PER_IMAGE: 2, arena_per_image(mean): 0}
 
 
 def test_cpu_large_decodes_the_large_images_on_the_cpu_and_packs_the_rest():
@@ -775,6 +810,20 @@ def test_cuda_decode_train_labels_pixels_and_fallbacks(tmp_path, monkeypatch, sw
     assert fallbacks.pop("engines_refused", 0) <= 1
     assert fallbacks == {"gpu_decoded": 26, "progressive_sent": 1, "color_cmyk": 1,
                          "not_jpeg": 1}
+
+
+@cuda
+def test_a_loader_sends_jpegs_larger_than_the_old_arena_to_the_gpu_and_labels_them(tmp_path):
+    """An archive of ~230 KB JPEGs (the arena held 192 KiB a slot): every one GPU-decoded,
+    pixels still their label's."""
+    files = [(f"t/c{k % 4:02d}/{k}.jpg", noisy_jpeg(class_level(k % 4), k)) for k in range(24)]
+    path = write_archive(tmp_path / "a.tgz", files)
+    with cuda_loader(path, "cuda") as loader:
+        for _ in range(2):
+            pairs = [(x.cpu(), y.cpu()) for x, y in loader]
+            assert_labels_match_pixels(torch.cat([x for x, _ in pairs]),
+                                       torch.cat([y for _, y in pairs]), tolerance=8)
+        assert loader.stats.fallbacks == {"gpu_decoded": 48}
 
 
 @cuda

@@ -75,6 +75,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--stream-priority", type=int, default=None,
                    help="CUDA priority of the decode lanes' and the helper's streams (lower is "
                         "more urgent; default: the loader's, the most urgent the device allows)")
+    p.add_argument("--arena", default="auto", metavar="KIB|auto",
+                   help="JPEG bytes a batch slot holds for GPU decoding: auto sizes it from the "
+                        "archive (loader.arena_per_image); a number fixes it (192: the loader "
+                        "before 2026-11-30)")
     p.add_argument("--lanes-always", action="store_true",
                    help="every GPU decoding lane at work all the time, not the lanes after "
                         "the first only while the consumer waits (loader.LANES_ON_DEMAND)")
@@ -553,7 +557,8 @@ def run_ours(trainer, archive, args, prefetch: int, model: str, decode: str = "c
             "state": large.state, "chosen": loader.cpu_share.chosen, "windows": large.windows}
         print(f"{'':32s} {result['decoder']}, cpu share {result['cpu_share']} "
               f"{result['share_rates']}, cpu bound {result['cpu_bound']}, "
-              f"cpu_large {result['cpu_large']} {result['cpu_large_windows']}", flush=True)
+              f"cpu_large {result['cpu_large']} {result['cpu_large_windows']}, fallbacks "
+              f"{result['fallbacks']}", flush=True)
     return result
 
 
@@ -677,7 +682,8 @@ def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = N
         decode, lanes, large, args.cpu_share)
     print(f"{name:32s} {rate:9.0f} img/s  first epoch {first_epoch:.0f} img/s ({past_start:.0f} "
           f"past its first batch, {first_batch_s:.2f} s)  {decoder} {memory}, cores: this "
-          f"process {cores[0]}, all {cores[1]}", flush=True)
+          f"process {cores[0]}, all {cores[1]}"
+          + (f", fallbacks {fallbacks}" if fallbacks else ""), flush=True)
     if decode == "auto":  # which share the trial kept, its rates, and the CPU's bound
         print(f"{'':32s} trial: {trial}", flush=True)
     return {"recipe": name, "img_per_s": rate, "first_epoch_img_per_s": first_epoch,
@@ -971,6 +977,10 @@ def main(args) -> dict:
     if args.stream_priority is not None:  # read when the loader makes its streams
         import imageloader.prefetch
         imageloader.prefetch.SIDE_STREAM_PRIORITY = args.stream_priority
+    if args.arena != "auto":  # read when a loader makes its buffers: floor = cap = this
+        import imageloader.loader
+        imageloader.loader.ARENA_PER_IMAGE = imageloader.loader.ARENA_MAX_PER_IMAGE = \
+            int(args.arena) << 10
     if args.lanes_always:  # read when a loader makes its prefetcher
         import imageloader.loader
         imageloader.loader.LANES_ON_DEMAND = False

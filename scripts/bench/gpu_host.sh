@@ -65,6 +65,8 @@
 #                                 # alone from this tree and another, interleaved, ~1 min a row
 #   bash scripts/bench/gpu_host.sh OUT_DIR regions [photos|fixed]  # the loader alone with
 #                                 # regions off and on from 1 MP, 0.25 MP, every image, ~4 min
+#   bash scripts/bench/gpu_host.sh OUT_DIR arena     # larger JPEGs (1024x768, phone photos):
+#                                 # a batch's JPEG room fixed against sized, ~4 min a kind
 #   SHARE=0.3 bash scripts/bench/gpu_host.sh OUT_DIR progressive  # photos with that share
 #                                 # progressive: decoded by the packers against "auto" (or each
 #                                 # of PROGRESSIVE: 1, a pixel bound), the loader alone, ~3 min
@@ -700,8 +702,9 @@ versus() {  # KIND: the loader alone from this tree and from $BASE (another comm
   # BASE_ENV=IMAGELOADER_C_BATCH=0 times nvImageCodec's Python API against one C call).
   # MODELS (e.g. resnet18,resnet50): each trained from the loader instead of the loader alone
   # (a row per model: img/s and data-wait, also at epoch starts); DECODE: cuda (default), cpu,
-  # auto (then WARMUP=200: the untimed steps, 100, must hold decode="auto"'s trial).
-  local kind=$1 archive="$data/$1-16000.tgz" round side tree lanes work rows=1
+  # auto (then WARMUP=200: the untimed steps, 100, must hold decode="auto"'s trial). ARCHIVE:
+  # another archive than KIND's (rows labelled KIND).
+  local kind=$1 archive=${ARCHIVE:-$data/$1-16000.tgz} round side tree lanes work rows=1
   local what="--models= --recipes loader" pick="loader alone"
   if [ -n "${MODELS:-}" ]; then
     what="--models $MODELS --recipes ours" pick="^ours " rows=$(tr , '\n' <<< "$MODELS" | wc -l)
@@ -711,7 +714,7 @@ versus() {  # KIND: the loader alone from this tree and from $BASE (another comm
   fi
   work=$(mktemp -d)
   [ -d "${BASE:-}/imageloader" ] || { echo "versus: BASE must hold another tree"; return 2; }
-  ensure_archive "$archive" --sizes "$kind" --images 16000
+  [ -n "${ARCHIVE:-}" ] || ensure_archive "$archive" --sizes "$kind" --images 16000
   for round in $(seq "${ROUNDS:-2}"); do
     for side in base this; do
       if [ $side = this ]; then tree=.; else tree=$BASE; fi
@@ -757,6 +760,28 @@ progressive() {  # SHARE (0.3): photos of which that share is progressive (0.01:
   data=$whole
 }
 
+arena() {  # archives of larger JPEGs than the photos' (ARENA_KINDS, "xga phone"; also xga95):
+  # what probe_arena.py counts sent to the CPU for lack of room, then the loader alone (or
+  # MODELS fed; DECODE, ROUNDS, WARMUP, WINDOW as versus) with a slot's room fixed at the old
+  # 192 KiB against sized from the archive (loader.arena_per_image), interleaved
+  local whole=$data kind spec images warmup
+  for kind in ${ARENA_KINDS:-xga phone}; do
+    case $kind in  # warmup: ~3 epochs of phone photos (1,600), ~1.5 of the others (8,000)
+      xga) spec="--width 1024 --height 768" images=8000 warmup=50 ;;
+      xga95) spec="--width 1024 --height 768 --quality 95" images=8000 warmup=50 ;;
+      phone) spec="--width 4032 --height 3024 --exif-share 0.3" images=1600 warmup=18 ;;
+      *) echo "arena: no kind $kind"; return 2 ;;
+    esac
+    data="$whole/arena-$kind"; mkdir -p "$data"
+    ensure_archive "$data/$kind.tgz" --sizes fixed $spec --images $images
+    python3 $here/probe_arena.py --archive "$data/$kind.tgz" --archive-images $images \
+      --images $((images < 2048 ? 512 : 2048))
+    ARCHIVE="$data/$kind.tgz" BASE=. ARGS="--arena 192 ${ARGS:-}" THIS_ARGS="--arena auto" \
+      WARMUP=${WARMUP:-$warmup} versus "$kind" \
+      | sed "s#, base: #, arena 192 KiB: #; s#, this: #, arena sized: #"
+  done
+  data=$whole
+}
 profile() {  # KIND: where ResNet-18's steps go when the loader feeds it, on one GPU:
   # torch.profiler traces of steps 40-44 (train_resnet.py --profile) with the data on the GPU,
   # fed by one lane (LANES1, "hw") and by the default lanes (or LANES2), decode="cuda";
@@ -869,6 +894,7 @@ case "$part" in
   versus) versus "${3:-fixed}" 2>&1 | tee "$out/versus-${3:-fixed}.log" ;;
   regions) regions "${3:-photos}" 2>&1 | tee "$out/regions-${3:-photos}.log" ;;
   progressive) progressive 2>&1 | tee "$out/progressive-${SHARE:-0.3}.log" ;;
+  arena) arena 2>&1 | tee "$out/arena.log" ;;
   dali) dali "${3:-photos}" ;;
   engines) engines "${3:-photos}" 2>&1 | tee "$out/engines-${3:-photos}.log" ;;
   nvjpeg) nvjpeg "${3:-photos}" 2>&1 | tee "$out/nvjpeg-${3:-photos}.log" ;;
