@@ -57,7 +57,7 @@ ARENA_PER_IMAGE = 192 << 10     # decode="cuda": the least JPEG bytes per batch 
                                 # (stats.fallbacks["arena_full"]), so ...
 ARENA_HEADROOM = 1.5            # ... a slot holds this many times the archives' mean member
 ARENA_MAX_PER_IMAGE = 1 << 20   # where that is more, up to this (page-locked: ~0.25 GB a batch
-                                # of 256, ~4-6 GB over the pool); _arena_per_image says why
+                                # of 256, ~4-6 GB over the pool); arena_per_image says why
 RING_BYTES: int | None = None   # per worker, shared memory for member bytes in transit; None:
                                 # ~2 batches of them (_ring_bytes); 0: through pipes
 GPU_DECODE_NICE = 10            # added to readers' and packers' niceness with GPU decoding: the
@@ -182,8 +182,9 @@ def arena_per_image(mean_member_bytes: float | None) -> int:
     Room for a batch of average members and then some (a batch of 256 drawn from photos
     varies by a few % in bytes; a large photo takes many slots' room): the JPEGs that do not
     fit are decoded by the packers on the CPU, many times slower than the engines. A fixed
-    192 KiB sent 17% of an archive of 1024x768 photos at quality 90 (228 KB) that way, 48% at
-    quality 95 (370 KB). Capped, as it is page-locked in every buffer of the pool: phone
+    192 KiB sent 14% of an archive of 1024x768 photos at quality 90 (229 KB) that way, 47% at
+    quality 95 (372 KB): the loader alone ran at 5.1-5.4k and 1.5k img/s instead of 12.3-12.5k
+    and 7.8k (H200, scripts/bench/results/2026-11-30-h200-arena). Capped, as it is page-locked in every buffer of the pool: phone
     photos (~3 MB) go partly to the CPU, which decodes them at a reduced scale (draft)."""
     want = ARENA_HEADROOM * (mean_member_bytes or 0)
     return int(min(max(want, ARENA_PER_IMAGE), max(ARENA_MAX_PER_IMAGE, ARENA_PER_IMAGE)))

@@ -65,8 +65,9 @@
 #                                 # alone from this tree and another, interleaved, ~1 min a row
 #   bash scripts/bench/gpu_host.sh OUT_DIR regions [photos|fixed]  # the loader alone with
 #                                 # regions off and on from 1 MP, 0.25 MP, every image, ~4 min
-#   bash scripts/bench/gpu_host.sh OUT_DIR arena     # larger JPEGs (1024x768, phone photos):
-#                                 # a batch's JPEG room fixed against sized, ~4 min a kind
+#   ARENA_KINDS=xga bash scripts/bench/gpu_host.sh OUT_DIR arena  # larger JPEGs (1024x768;
+#                                 # xga95, phone): a batch's JPEG room fixed against sized,
+#                                 # ~3 min a kind (phone: making its 1,600 takes ~3 min alone)
 #   SHARE=0.3 bash scripts/bench/gpu_host.sh OUT_DIR progressive  # photos with that share
 #                                 # progressive: decoded by the packers against "auto" (or each
 #                                 # of PROGRESSIVE: 1, a pixel bound), the loader alone, ~3 min
@@ -766,7 +767,9 @@ arena() {  # archives of larger JPEGs than the photos' (ARENA_KINDS, "xga phone"
   # 192 KiB against sized from the archive (loader.arena_per_image), interleaved
   local whole=$data kind spec images warmup
   for kind in ${ARENA_KINDS:-xga phone}; do
-    case $kind in  # warmup: ~3 epochs of phone photos (1,600), ~1.5 of the others (8,000)
+    case $kind in  # warmup: ~3 epochs of phone photos (1,600), ~1.5 of the others (8,000);
+      # phone photos are made at ~10/s on 16 cores, and a worker fills a whole batch, so
+      # 1,600 of them (6 batches an epoch) keep at most 7 workers busy
       xga) spec="--width 1024 --height 768" images=8000 warmup=50 ;;
       xga95) spec="--width 1024 --height 768 --quality 95" images=8000 warmup=50 ;;
       phone) spec="--width 4032 --height 3024 --exif-share 0.3" images=1600 warmup=18 ;;
