@@ -18,7 +18,7 @@ import torch
 from PIL import Image, ImageOps
 
 from conftest import (Clock, assert_labels_match_pixels, class_level, encode, labeled_files,
-                      photo, solid, write_archive)
+                      noisy_jpeg, photo, solid, write_archive)
 from imageloader import ImageLoader, Options, gpucrop
 from imageloader.batch import FALLBACK, batch_layout, views_of
 from imageloader.decode import (GPU_PROGRESSIVE, Augment, Decoder, JpegPacker,
@@ -95,14 +95,6 @@ def test_packer_packs_bytes_and_decodes_the_rest_on_the_cpu():
     assert bytes(batch.arena[batch.offsets[2]:][:len(jpeg)]) == jpeg
     assert (batch.images[1] == 70).all()
     assert packer.take_fallbacks() == {"not_jpeg": 1, "arena_full": 1}
-
-
-def noisy_jpeg(level: int, seed: int) -> bytes:
-    """~230 KB: a photo archive of higher quality than the benchmarks' (110 KB a photo), its
-    mean gray level still `level`."""
-    rng = np.random.default_rng(seed)
-    pixels = np.clip(level + rng.integers(-18, 19, (500, 600, 3)), 0, 255).astype(np.uint8)
-    return encode(Image.fromarray(pixels), "JPEG", quality=98)
 
 
 def test_a_slot_holds_more_than_the_archives_mean_member_within_bounds():

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from conftest import encode, gzip_header_mtime, photo, read_members, write_archive
+from conftest import encode, gzip_header_mtime, noisy_jpeg, photo, read_members, write_archive
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS_DIR = REPO_ROOT / "scripts" / "bench"
@@ -1361,6 +1361,27 @@ def test_bench_loader_cpu_reports_the_trials_bound_beside_the_rate_it_bounds(mon
     archive = write_archive(tmp_path / "progressive.tgz", files)
     assert script.probe_bound(str(archive), 4, 32, workers=3) == \
         {"images": 0, "cpu_ms_per_image": None, "img_per_s": None}
+
+
+def test_probe_arena_counts_what_a_fixed_room_turns_away_and_a_sized_one_keeps(monkeypatch,
+                                                                               tmp_path):
+    """probe_arena: JPEGs above 192 KiB, packed in batches of 4 as a packer fills them: the
+    fixed room sends some to the CPU, the room sized from the archive none; the mean is the
+    archive's bytes over its images with --archive-images, as the loader takes it."""
+    files = [(f"train/c{k % 2}/{k}.jpg", noisy_jpeg(60, k)) for k in range(9)]
+    archive = write_archive(tmp_path / "a.tgz", files)
+    script = load_script("probe_arena", monkeypatch)
+    args = ["--archive", str(archive), "--images", "9", "--batch-size", "4", "--size", "32"]
+    result = script.main(script.get_args_parser().parse_args(args))
+    assert result["images"] == 8  # two whole batches
+    assert result["mean_member_kb"] == round(sum(len(d) for _, d in files) / 9 / 1000, 1)
+    fixed, sized = result["fixed"], result["sized"]
+    assert fixed["per_image_kb"] == 192.0 and fixed["fallbacks"]["arena_full"] >= 1
+    assert fixed["arena_full_share"] == fixed["fallbacks"]["arena_full"] / 8
+    assert sized["per_image_kb"] > 192.0 and sized["fallbacks"] == {}
+    from_size = script.main(script.get_args_parser().parse_args(
+        args + ["--archive-images", "9"]))
+    assert from_size["mean_member_kb"] == round(Path(archive).stat().st_size / 9 / 1000, 1)
 
 
 # --- scaling ----------------------------------------------------------------------------

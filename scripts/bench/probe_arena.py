@@ -61,7 +61,7 @@ def main(args) -> dict:
             "mean_member_kb": round(mean / 1000, 1), **rows}
 
 
-if __name__ == "__main__":
+def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--archive", required=True)
     parser.add_argument("--images", type=int, default=2048, help="JPEGs packed (first ones)")
@@ -70,4 +70,8 @@ if __name__ == "__main__":
                              "takes it (default: the mean of the JPEGs read)")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--size", type=int, default=224)
-    print(json.dumps(main(parser.parse_args())))
+    return parser
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(get_args_parser().parse_args())))
