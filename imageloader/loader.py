@@ -184,8 +184,9 @@ def arena_per_image(mean_member_bytes: float | None) -> int:
     fit are decoded by the packers on the CPU, many times slower than the engines. A fixed
     192 KiB sent 14% of an archive of 1024x768 photos at quality 90 (229 KB) that way, 47% at
     quality 95 (372 KB): the loader alone ran at 5.1-5.4k and 1.5k img/s instead of 12.3-12.5k
-    and 7.8k (H200, scripts/bench/results/2026-11-30-h200-arena). Capped, as it is page-locked in every buffer of the pool: phone
-    photos (~3 MB) go partly to the CPU, which decodes them at a reduced scale (draft)."""
+    and 7.8k (H200, scripts/bench/results/2026-11-30-h200-arena). Capped, as it is
+    page-locked in every buffer of the pool: phone photos (~3 MB) go partly to the CPU, which
+    decodes them at a reduced scale (draft)."""
     want = ARENA_HEADROOM * (mean_member_bytes or 0)
     return int(min(max(want, ARENA_PER_IMAGE), max(ARENA_MAX_PER_IMAGE, ARENA_PER_IMAGE)))
 
