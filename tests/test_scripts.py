@@ -1376,9 +1376,9 @@ def test_probe_arena_counts_what_a_fixed_room_turns_away_and_a_sized_one_keeps(m
     assert result["images"] == 8  # two whole batches
     assert result["mean_member_kb"] == round(sum(len(d) for _, d in files) / 9 / 1000, 1)
     fixed, sized = result["fixed"], result["sized"]
-    assert fixed["per_image_kb"] == 192.0 and fixed["fallbacks"]["arena_full"] >= 1
+    assert fixed["per_image_kib"] == 192.0 and fixed["fallbacks"]["arena_full"] >= 1
     assert fixed["arena_full_share"] == fixed["fallbacks"]["arena_full"] / 8
-    assert sized["per_image_kb"] > 192.0 and sized["fallbacks"] == {}
+    assert sized["per_image_kib"] > 192.0 and sized["fallbacks"] == {}
     from_size = script.main(script.get_args_parser().parse_args(
         args + ["--archive-images", "9"]))
     assert from_size["mean_member_kb"] == round(Path(archive).stat().st_size / 9 / 1000, 1)

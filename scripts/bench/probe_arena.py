@@ -54,7 +54,7 @@ def main(args) -> dict:
     rows = {}
     for label, per_image in (("fixed", ARENA_PER_IMAGE), ("sized", arena_per_image(mean))):
         fallbacks = pack(jpegs, args.batch_size, per_image, args.size)
-        rows[label] = {"per_image_kb": round(per_image / 1024, 1),
+        rows[label] = {"per_image_kib": round(per_image / 1024, 1),
                        "arena_full_share": round(fallbacks.get("arena_full", 0) / packed, 4),
                        "fallbacks": fallbacks}
     return {"archive": args.archive, "images": packed, "batch_size": args.batch_size,
