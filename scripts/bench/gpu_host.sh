@@ -65,9 +65,9 @@
 #                                 # alone from this tree and another, interleaved, ~1 min a row
 #   bash scripts/bench/gpu_host.sh OUT_DIR regions [photos|fixed]  # the loader alone with
 #                                 # regions off and on from 1 MP, 0.25 MP, every image, ~4 min
-#   ARENA_KINDS=xga bash scripts/bench/gpu_host.sh OUT_DIR arena  # larger JPEGs (1024x768;
-#                                 # xga95, phone): a batch's JPEG room fixed against sized,
-#                                 # ~3 min a kind (phone: making its 1,600 takes ~3 min alone)
+#   bash scripts/bench/gpu_host.sh OUT_DIR arena     # larger JPEGs (1024x768 at quality 90,
+#                                 # 95; ARENA_KINDS=phone: 12 MP): a batch's JPEG room fixed
+#                                 # against sized, ~3 min a kind (phone: more than a call)
 #   SHARE=0.3 bash scripts/bench/gpu_host.sh OUT_DIR progressive  # photos with that share
 #                                 # progressive: decoded by the packers against "auto" (or each
 #                                 # of PROGRESSIVE: 1, a pixel bound), the loader alone, ~3 min
@@ -761,12 +761,12 @@ progressive() {  # SHARE (0.3): photos of which that share is progressive (0.01:
   data=$whole
 }
 
-arena() {  # archives of larger JPEGs than the photos' (ARENA_KINDS, "xga phone"; also xga95):
+arena() {  # archives of larger JPEGs than the photos' (ARENA_KINDS, "xga xga95"; also phone):
   # what probe_arena.py counts sent to the CPU for lack of room, then the loader alone (or
   # MODELS fed; DECODE, ROUNDS, WARMUP, WINDOW as versus) with a slot's room fixed at the old
   # 192 KiB against sized from the archive (loader.arena_per_image), interleaved
   local whole=$data kind spec images warmup
-  for kind in ${ARENA_KINDS:-xga phone}; do
+  for kind in ${ARENA_KINDS:-xga xga95}; do
     case $kind in  # warmup: ~3 epochs of phone photos (1,600), ~1.5 of the others (8,000);
       # phone photos are made at ~10/s on 16 cores, and a worker fills a whole batch, so
       # 1,600 of them (6 batches an epoch) keep at most 7 workers busy
