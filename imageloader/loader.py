@@ -31,6 +31,7 @@ from typing import Callable, Iterable
 import torch
 
 from . import MAX_CONNECTIONS
+from .batch import batch_layout
 from .cache import PlainCopy, plain_copies
 from .decode import ALLOWED_FORMATS, Augment, Decoder, JpegPacker
 from .epoch import EpochIterator, GpuStep, OnDevice, host_piece
@@ -39,7 +40,7 @@ from .gpudecode import GpuDecode, Packed
 from .gpujpeg import available as gpu_jpeg_decoders, check_lanes, lanes as gpu_lanes
 from .index import file_stamp
 from .plan import Plan, Position, Settings, check_resume, cores, make_plan
-from .pool import BufferPool
+from .pool import BufferPool, check_shared_memory
 from .prefetch import Backlog, Normalize, Prefetcher, resolve_device
 from .read import Region, Source, expand_sources
 from .remote import RemoteOptions, share_scans
@@ -418,6 +419,7 @@ class ImageLoader:
         # exit free the shared memory and stop the processes.
         self._finalizer = weakref.finalize(self, runtime.close)
         try:
+            check_shared_memory(self._shared_bytes())
             runtime.pool = self._make_pool()
             runtime.producer = self._make_producer(plan, runtime.pool)
             # The worker processes start (~0.7 s to their first batch on an H200 host), and
@@ -445,11 +447,22 @@ class ImageLoader:
 
     def _make_pool(self) -> BufferPool:
         pin = self.device if self.device.type == "cuda" else None
-        arena = self.batch_size * arena_per_image(self._mean_member_bytes()) \
-            if self._gpu is not None else 0
         return BufferPool(self._buffer_count(), self.batch_size, self.decoder.out_shape,
-                          pin_device=pin, shared=self.workers > 0, arena_bytes=arena,
-                          pin_later=True)
+                          pin_device=pin, shared=self.workers > 0,
+                          arena_bytes=self._arena_bytes(), pin_later=True)
+
+    def _arena_bytes(self) -> int:
+        """JPEG bytes each batch buffer holds for GPU decoding (none without it)."""
+        if self._gpu is None:
+            return 0
+        return self.batch_size * arena_per_image(self._mean_member_bytes())
+
+    def _shared_bytes(self) -> int:
+        """The shared memory worker processes need: every batch buffer, a byte ring each."""
+        if self.workers == 0:
+            return 0
+        layout = batch_layout(self.batch_size, self.decoder.out_shape, self._arena_bytes())
+        return self._buffer_count() * layout.nbytes + self.workers * self._ring_bytes()
 
     def _warm_gpu_steps(self) -> threading.Thread | None:
         """A thread that runs each lane's crops once (GpuDecode.warm); None if none need it."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import shutil
 import threading
 from dataclasses import dataclass, field
 from multiprocessing import shared_memory
@@ -27,6 +28,32 @@ import torch
 from .batch import BatchViews, Layout, batch_layout, views_of
 
 log = logging.getLogger(__name__)
+
+SHARED_MEMORY_FOLDER = "/dev/shm"  # where Linux keeps POSIX shared memory (a tmpfs)
+
+
+def shared_memory_free(folder: str) -> int | None:
+    """Bytes free in the shared memory folder; None where there is no such folder."""
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
+def check_shared_memory(need: int, folder: str | None = None) -> None:
+    """Refuse, saying what to change, to start with less shared memory free than `need` bytes.
+    A tmpfs hands out its pages when they are first written, not when a segment is made: an
+    over-full /dev/shm (Docker's default is 64 MB) would show only later, as a SIGBUS in the
+    worker or the page-locking parent that touches the page, with no traceback. Checked at a
+    loader's start against what is free then; where there is no such folder, nothing is."""
+    folder = folder or SHARED_MEMORY_FOLDER
+    free = shared_memory_free(folder)
+    if free is not None and need > free:
+        raise MemoryError(
+            f"imageloader needs {need / 1e9:.2f} GB of shared memory (batch buffers and the "
+            f"workers' byte rings) and {folder} has {free / 1e9:.2f} GB free: use fewer "
+            f"workers or a smaller batch_size or prefetch, or give {folder} more room "
+            f"(Docker: --shm-size)")
 
 
 @dataclass(eq=False)

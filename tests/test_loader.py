@@ -352,3 +352,22 @@ def test_close_ends_an_epoch_still_being_iterated(labeled_archive, workers):
     loader.close()
     assert next(iteration, None) is None
     del iteration
+
+
+def test_a_loader_short_of_shared_memory_says_so_at_its_start_and_starts_once_there_is(
+        labeled_archive, monkeypatch):
+    """Before any segment is made (an over-full tmpfs would show only as a SIGBUS later): a
+    MemoryError naming /dev/shm and --shm-size; nothing is left half-started, and once the
+    memory is there the same loader runs. Workers=0 needs none."""
+    from imageloader import pool as pool_module
+    real = pool_module.shared_memory_free
+    monkeypatch.setattr(pool_module, "shared_memory_free", lambda folder: 1 << 20)
+    with ImageLoader(labeled_archive, batch_size=4, size=16, device="cpu", workers=2) as loader:
+        with pytest.raises(MemoryError, match="/dev/shm.*--shm-size"):
+            next(iter(loader))
+        assert loader._pool is None and loader._workers is None  # nothing half-started
+        monkeypatch.setattr(pool_module, "shared_memory_free", real)
+        assert sum(len(labels) for _, labels in loader) == loader.images_per_epoch()
+    monkeypatch.setattr(pool_module, "shared_memory_free", lambda folder: 0)
+    with ImageLoader(labeled_archive, batch_size=4, size=16, device="cpu", workers=0) as loader:
+        assert sum(len(labels) for _, labels in loader) == loader.images_per_epoch()

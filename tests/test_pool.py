@@ -6,7 +6,8 @@ import os
 import pytest
 import torch
 
-from imageloader.pool import BufferPool
+from imageloader import pool as pool_module
+from imageloader.pool import BufferPool, check_shared_memory
 
 
 class FakeEvent:
@@ -130,3 +131,14 @@ def test_shared_buffers_are_page_locked_by_pin_or_else_by_the_first_lease():
         assert all(buf.images.is_pinned() and buf.labels.is_pinned() for buf in pool.buffers)
         pool.close()
     now.close()
+
+
+def test_too_little_shared_memory_is_refused_naming_the_need_and_the_remedy(monkeypatch,
+                                                                           tmp_path):
+    monkeypatch.setattr(pool_module, "shared_memory_free", lambda folder: 10**9)
+    check_shared_memory(10**9)  # exactly what is free: fine
+    with pytest.raises(MemoryError, match=r"needs 1\.50 GB .* /dev/shm has 1\.00 GB free"
+                                          r".*--shm-size"):
+        check_shared_memory(1_500_000_000)
+    monkeypatch.undo()
+    check_shared_memory(10**18, str(tmp_path / "none"))  # no such folder: nothing to check
