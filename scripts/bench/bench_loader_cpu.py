@@ -16,10 +16,8 @@ rate the workers then reach: the bound must not be below it.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import sys
-import tarfile
 import time
 import warnings
 from pathlib import Path
@@ -28,14 +26,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from imageloader import ImageLoader  # noqa: E402
 from imageloader.batch import batch_layout, views_of  # noqa: E402
 from imageloader.decode import Augment, Decoder, JpegPacker  # noqa: E402
+from bench_decoders import load_jpegs  # noqa: E402  (beside this script)
 
 
 def probe_bound(archive: str, images: int, size: int, workers: int) -> dict:
     """The trial's bound on CPU decoding: `images` JPEGs of the archive (its first ones)
     packed with a probe on every one, as a packer asked by share.TrialShare would time them."""
-    with tarfile.open(archive) as tar:  # only as far as the JPEGs it needs
-        members = (m for m in tar if m.isfile() and m.name.lower().endswith((".jpg", ".jpeg")))
-        jpegs = [tar.extractfile(m).read() for m in itertools.islice(members, images + 1)]
+    jpegs = load_jpegs(archive, images + 1)  # only as far as the JPEGs it needs
     packer = JpegPacker(Decoder(Augment.make(size, True)))
     layout = batch_layout(len(jpegs), packer.out_shape, arena_bytes=sum(map(len, jpegs)))
     batch = views_of(bytearray(layout.nbytes), layout)

@@ -11,12 +11,10 @@ decode.JpegPacker, as a packer does, and counts the fallbacks by reason. No GPU 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import random
 import sys
-import tarfile
 import warnings
 from pathlib import Path
 
@@ -24,12 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from imageloader.batch import batch_layout, views_of  # noqa: E402
 from imageloader.decode import Augment, Decoder, JpegPacker  # noqa: E402
 from imageloader.loader import ARENA_PER_IMAGE, arena_per_image  # noqa: E402
-
-
-def read_jpegs(archive: str, images: int) -> list[bytes]:
-    with tarfile.open(archive) as tar:  # only as far as the JPEGs it needs
-        members = (m for m in tar if m.isfile() and m.name.lower().endswith((".jpg", ".jpeg")))
-        return [tar.extractfile(m).read() for m in itertools.islice(members, images)]
+from bench_decoders import load_jpegs  # noqa: E402  (beside this script)
 
 
 def pack(jpegs: list[bytes], batch_size: int, per_image: int, size: int) -> dict:
@@ -46,7 +39,7 @@ def pack(jpegs: list[bytes], batch_size: int, per_image: int, size: int) -> dict
 
 def main(args) -> dict:
     warnings.simplefilter("ignore", UserWarning)
-    jpegs = read_jpegs(args.archive, args.images)
+    jpegs = load_jpegs(args.archive, args.images)
     random.Random(0).shuffle(jpegs)  # the loader's batches draw from across the archive
     packed = len(jpegs) // args.batch_size * args.batch_size
     mean = os.path.getsize(args.archive) / args.archive_images if args.archive_images \
