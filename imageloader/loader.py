@@ -20,6 +20,7 @@ The loader is an assembly of three objects with their own lifetimes:
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -455,7 +456,7 @@ class ImageLoader:
         """JPEG bytes each batch buffer holds for GPU decoding (none without it)."""
         if self._gpu is None:
             return 0
-        return self.batch_size * arena_per_image(self._mean_member_bytes())
+        return self.batch_size * arena_per_image(self._mean_member_bytes)
 
     def _shared_bytes(self) -> int:
         """The shared memory worker processes need: every batch buffer, a byte ring each."""
@@ -493,13 +494,15 @@ class ImageLoader:
         their mean size is unknown)."""
         if RING_BYTES is not None:
             return RING_BYTES
-        mean = self._mean_member_bytes() or 128 << 10
+        mean = self._mean_member_bytes or 128 << 10
         return int(min(max(2 * self.batch_size * mean, 8 << 20), 512 << 20))
 
+    @functools.cached_property
     def _mean_member_bytes(self) -> float | None:
         """The archives' bytes per image, from fresh sidecars (never a new scan); None where a
         path has no sidecar yet or every source is a stream. Compressed bytes: JPEGs barely
-        compress."""
+        compress. Read once (a sidecar each), when a start first sizes its shared memory: the
+        plan, decided before, is kept for the loader's life too."""
         paths = [os.fspath(s) for s in self.sources if not hasattr(s, "read")]
         counts = [cached_image_count(p) for p in paths]
         if not paths or not all(counts):
