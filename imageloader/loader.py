@@ -41,7 +41,7 @@ from .gpudecode import GpuDecode, Packed
 from .gpujpeg import available as gpu_jpeg_decoders, check_lanes, lanes as gpu_lanes
 from .index import file_stamp
 from .plan import Plan, Position, Settings, check_resume, cores, make_plan
-from .pool import BufferPool, check_shared_memory
+from .pool import BufferPool, check_shared_memory, memory_for_buffers
 from .prefetch import Backlog, Normalize, Prefetcher, resolve_device
 from .read import Region, Source, expand_sources
 from .remote import RemoteOptions, share_scans
@@ -58,8 +58,10 @@ ARENA_PER_IMAGE = 192 << 10     # decode="cuda": the least JPEG bytes per batch 
                                 # that does not fit is decoded on the CPU
                                 # (stats.fallbacks["arena_full"]), so ...
 ARENA_HEADROOM = 1.5            # ... a slot holds this many times the archives' mean member
-ARENA_MAX_PER_IMAGE = 1 << 20   # where that is more, up to this (page-locked: ~0.25 GB a batch
-                                # of 256, ~4-6 GB over the pool); arena_per_image says why
+ARENA_MAX_PER_IMAGE = 1 << 20   # where that is more, up to this on any host (page-locked: ~0.25
+                                # GB a batch of 256, ~4-6 GB over the pool), and up to ...
+ARENA_MEMORY_SHARE = 0.25       # ... the pool's arenas in this share of the memory the buffers
+                                # come from (arena_room_per_slot); arena_per_image says why
 RING_BYTES: int | None = None   # per worker, shared memory for member bytes in transit; None:
                                 # ~2 batches of them (_ring_bytes); 0: through pipes
 GPU_DECODE_NICE = 10            # added to readers' and packers' niceness with GPU decoding: the
@@ -175,11 +177,32 @@ def default_workers() -> int:
 
     Under torchrun the ranks of one host share its cores (LOCAL_WORLD_SIZE of them): without
     dividing, 8 ranks would each start cores - 1 workers."""
-    ranks_here = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
-    return max(1, cores() // ranks_here - 1)
+    return max(1, cores() // ranks_here() - 1)
 
 
-def arena_per_image(mean_member_bytes: float | None) -> int:
+def ranks_here() -> int:
+    """The ranks of a torchrun job on this host (LOCAL_WORLD_SIZE), which share its cores and
+    its memory; 1 without torchrun."""
+    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+
+
+def buffer_count(prefetch: int, workers: int, gpu_lanes: int | None) -> int:
+    """Batch buffers: the most batches on their way at once (decode="auto"'s trial skips
+    as many after each change of share). `gpu_lanes`: None without GPU decoding."""
+    # GPU decode: the prefetcher's collecting thread holds up to 3 more filled buffers
+    # (2 queued, 1 being submitted) that the workers must not go without.
+    # Threaded (GPU decoding): 2 more wait to be submitted and one is in each lane.
+    return prefetch + 2 + workers + (2 + gpu_lanes if gpu_lanes is not None else 0)
+
+
+def arena_room_per_slot(slots: int, shared: bool) -> int:
+    """JPEG bytes each of `slots` batch slots may hold with the arenas in ARENA_MEMORY_SHARE of
+    the memory their buffers come from (pool.memory_for_buffers: the host's or its
+    container's, and /dev/shm's free space where `shared`), split among the ranks here."""
+    return int(ARENA_MEMORY_SHARE * memory_for_buffers(shared) / ranks_here()) // max(1, slots)
+
+
+def arena_per_image(mean_member_bytes: float | None, room: int = 0) -> int:
     """JPEG bytes a batch slot holds for GPU decoding, from the archives' mean member size.
     Room for a batch of average members and then some (a batch of 256 drawn from photos
     varies by a few % in bytes; a large photo takes many slots' room): the JPEGs that do not
@@ -187,10 +210,14 @@ def arena_per_image(mean_member_bytes: float | None) -> int:
     192 KiB sent 14% of an archive of 1024x768 photos at quality 90 (229 KB) that way, 47% at
     quality 95 (372 KB): the loader alone ran at 5.1-5.4k and 1.5k img/s instead of 12.3-12.5k
     and 7.8k (H200, scripts/bench/results/2026-11-30-h200-arena). Capped, as it is
-    page-locked in every buffer of the pool: phone photos (~3 MB) go partly to the CPU, which
-    decodes them at a reduced scale (draft)."""
+    page-locked in every buffer of the pool: at 1 MiB on any host, above it up to `room` (what
+    the host's memory allows a slot, arena_room_per_slot). Phone photos (12 MP, 3.3 MB) need
+    ~5 MiB: with 1 MiB 69% went to the packers, which decode them at a reduced scale, and the
+    loader alone ran at 221 img/s, with room for all at 829 (~28 GiB page-locked over the
+    pool; H200, 128 GiB host, scripts/bench/results/2026-11-30-h200-phone)."""
     want = ARENA_HEADROOM * (mean_member_bytes or 0)
-    return int(min(max(want, ARENA_PER_IMAGE), max(ARENA_MAX_PER_IMAGE, ARENA_PER_IMAGE)))
+    cap = max(ARENA_MAX_PER_IMAGE, room, ARENA_PER_IMAGE)
+    return int(min(max(want, ARENA_PER_IMAGE), cap))
 
 
 class ImageLoader:
@@ -420,8 +447,11 @@ class ImageLoader:
         # exit free the shared memory and stop the processes.
         self._finalizer = weakref.finalize(self, runtime.close)
         try:
-            check_shared_memory(self._shared_bytes())
-            runtime.pool = self._make_pool()
+            # The arenas are sized once, from the memory free now: the check below and the
+            # pool must agree on them.
+            arena_bytes = self._arena_bytes()
+            check_shared_memory(self._shared_bytes(arena_bytes))
+            runtime.pool = self._make_pool(arena_bytes)
             runtime.producer = self._make_producer(plan, runtime.pool)
             # The worker processes start (~0.7 s to their first batch on an H200 host), and
             # meanwhile this process does what would otherwise stand after them on the way
@@ -438,31 +468,29 @@ class ImageLoader:
         return runtime
 
     def _buffer_count(self) -> int:
-        """Batch buffers: the most batches on their way at once (decode="auto"'s trial skips
-        as many after each change of share)."""
-        # GPU decode: the prefetcher's collecting thread holds up to 3 more filled buffers
-        # (2 queued, 1 being submitted) that the workers must not go without.
-        # Threaded (GPU decoding): 2 more wait to be submitted and one is in each lane.
-        return self.prefetch + 2 + self.workers + \
-            (2 + len(self._gpu) if self._gpu is not None else 0)
+        return buffer_count(self.prefetch, self.workers,
+                            len(self._gpu) if self._gpu is not None else None)
 
-    def _make_pool(self) -> BufferPool:
+    def _make_pool(self, arena_bytes: int) -> BufferPool:
         pin = self.device if self.device.type == "cuda" else None
         return BufferPool(self._buffer_count(), self.batch_size, self.decoder.out_shape,
                           pin_device=pin, shared=self.workers > 0,
-                          arena_bytes=self._arena_bytes(), pin_later=True)
+                          arena_bytes=arena_bytes, pin_later=True)
 
     def _arena_bytes(self) -> int:
-        """JPEG bytes each batch buffer holds for GPU decoding (none without it)."""
+        """JPEG bytes each batch buffer holds for GPU decoding (none without it), sized from
+        the archives and from the memory free now."""
         if self._gpu is None:
             return 0
-        return self.batch_size * arena_per_image(self._mean_member_bytes)
+        slots = self._buffer_count() * self.batch_size
+        room = arena_room_per_slot(slots, shared=self.workers > 0)
+        return self.batch_size * arena_per_image(self._mean_member_bytes, room)
 
-    def _shared_bytes(self) -> int:
+    def _shared_bytes(self, arena_bytes: int) -> int:
         """The shared memory worker processes need: every batch buffer, a byte ring each."""
         if self.workers == 0:
             return 0
-        layout = batch_layout(self.batch_size, self.decoder.out_shape, self._arena_bytes())
+        layout = batch_layout(self.batch_size, self.decoder.out_shape, arena_bytes)
         return self._buffer_count() * layout.nbytes + self.workers * self._ring_bytes()
 
     def _warm_gpu_steps(self) -> threading.Thread | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import shutil
 import threading
 from dataclasses import dataclass, field
@@ -30,6 +31,24 @@ from .batch import BatchViews, Layout, batch_layout, views_of
 log = logging.getLogger(__name__)
 
 SHARED_MEMORY_FOLDER = "/dev/shm"  # where Linux keeps POSIX shared memory (a tmpfs)
+CGROUP_MEMORY_LIMIT = "/sys/fs/cgroup/memory.max"  # a container's limit (cgroup v2): "max" or bytes
+
+
+def host_memory() -> int:
+    """Bytes of memory this process may use: the host's, or its container's limit if lower."""
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        with open(CGROUP_MEMORY_LIMIT) as f:
+            return min(physical, int(f.read()))
+    except (OSError, ValueError):  # no cgroup v2 here, or no limit ("max")
+        return physical
+
+
+def memory_for_buffers(shared: bool) -> int:
+    """Bytes a pool's buffers may come from: the host's memory and, for buffers in shared
+    memory, no more than its folder has free now."""
+    free = shared_memory_free(SHARED_MEMORY_FOLDER) if shared else None
+    return min(host_memory(), free) if free is not None else host_memory()
 
 
 def shared_memory_free(folder: str) -> int | None:

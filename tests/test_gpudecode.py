@@ -26,7 +26,7 @@ from imageloader.decode import (GPU_PROGRESSIVE, Augment, Decoder, JpegPacker,
 from imageloader.errors import Limits
 from imageloader.gpudecode import GpuDecode, Packed, choose_crop
 from imageloader.loader import (ARENA_HEADROOM, ARENA_MAX_PER_IMAGE, ARENA_PER_IMAGE,
-                                arena_per_image)
+                                arena_per_image, arena_room_per_slot)
 from imageloader.prefetch import Backlog
 from imageloader.gpujpeg import (DECODERS, ENGINES, NvImageCodecJpeg, SplitJpeg, available,
                                  decoder_turns_upright, has_jpeg_engines)
@@ -101,6 +101,26 @@ def test_a_slot_holds_more_than_the_archives_mean_member_within_bounds():
     assert arena_per_image(None) == arena_per_image(1000) == ARENA_PER_IMAGE
     assert arena_per_image(300_000) == int(ARENA_HEADROOM * 300_000) > ARENA_PER_IMAGE
     assert arena_per_image(3_300_000) == ARENA_MAX_PER_IMAGE  # phone photos: page-locked
+    # Where the host's memory has room, above the cap: phone photos' whole 1.5x, or the room
+    assert arena_per_image(3_300_000, room=8 << 20) == int(ARENA_HEADROOM * 3_300_000)
+    assert arena_per_image(3_300_000, room=3 << 20) == 3 << 20
+    assert arena_per_image(3_300_000, room=100 << 10) == ARENA_MAX_PER_IMAGE  # never below it
+    assert arena_per_image(100_000, room=8 << 20) == ARENA_PER_IMAGE  # room is not a floor
+
+
+def test_the_room_a_slot_may_take_is_a_share_of_memory_split_among_slots_and_ranks(monkeypatch):
+    import imageloader.loader as loader_module
+    from imageloader import pool as pool_module
+    monkeypatch.setattr(pool_module, "host_memory", lambda: 64 << 30)
+    monkeypatch.setattr(pool_module, "shared_memory_free", lambda folder: 16 << 30)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    share = loader_module.ARENA_MEMORY_SHARE
+    assert arena_room_per_slot(1000, shared=False) == int(share * (64 << 30)) // 1000
+    assert arena_room_per_slot(1000, shared=True) == int(share * (16 << 30)) // 1000  # /dev/shm
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # four ranks of one host share it
+    assert arena_room_per_slot(1000, shared=True) == int(share * (16 << 30) / 4) // 1000
+    monkeypatch.setattr(loader_module, "ARENA_MEMORY_SHARE", 0.0)  # bench.py --arena: fixed
+    assert arena_room_per_slot(1000, shared=True) == 0
 
 
 def test_an_arena_sized_from_the_archive_sends_every_large_jpeg_to_the_gpu():
@@ -816,6 +836,33 @@ def test_a_loader_sends_jpegs_larger_than_the_old_arena_to_the_gpu_and_labels_th
             assert_labels_match_pixels(torch.cat([x for x, _ in pairs]),
                                        torch.cat([y for _, y in pairs]), tolerance=8)
             assert loader.stats.fallbacks == {"gpu_decoded": 24}
+
+
+@cuda
+def test_jpegs_above_the_cap_go_to_the_gpu_where_the_hosts_memory_has_room(tmp_path,
+                                                                            monkeypatch):
+    """~1.2 MB JPEGs (1.5x their mean is above the 1 MiB a slot that any host gets): with
+    room in the host's memory every one is GPU-decoded; with none (ARENA_MEMORY_SHARE 0) the
+    arena holds 1 MiB a slot and the packers decode the rest, counted. Pixels their label's."""
+    import imageloader.loader as loader_module
+    files = [(f"t/c{k % 4:02d}/{k}.jpg", noisy_jpeg(class_level(k % 4), k, (1000, 1400)))
+             for k in range(16)]
+    assert min(len(data) for _, data in files) > ARENA_MAX_PER_IMAGE / ARENA_HEADROOM
+    path = write_archive(tmp_path / "a.tgz", files)
+    for share in (loader_module.ARENA_MEMORY_SHARE, 0.0):
+        monkeypatch.setattr(loader_module, "ARENA_MEMORY_SHARE", share)
+        with cuda_loader(path, "cuda") as loader:
+            pairs = [(x.cpu(), y.cpu()) for x, y in loader]
+            assert_labels_match_pixels(torch.cat([x for x, _ in pairs]),
+                                       torch.cat([y for _, y in pairs]), tolerance=8)
+            counts = loader.stats.fallbacks
+            per_image = loader._pool.layout.fields["arena"][2][0] // 8  # (offset, dtype, shape)
+        if share:
+            assert counts == {"gpu_decoded": 16}
+            assert per_image == int(ARENA_HEADROOM * os.path.getsize(path) / 16)
+        else:
+            assert per_image == ARENA_MAX_PER_IMAGE
+            assert counts["arena_full"] > 0 and sum(counts.values()) == 16
 
 
 @cuda

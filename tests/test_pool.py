@@ -142,3 +142,17 @@ def test_too_little_shared_memory_is_refused_naming_the_need_and_the_remedy(monk
         check_shared_memory(1_500_000_000)
     monkeypatch.undo()
     check_shared_memory(10**18, str(tmp_path / "none"))  # no such folder: nothing to check
+
+
+def test_host_memory_is_the_containers_limit_where_lower(monkeypatch, tmp_path):
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    limit = tmp_path / "memory.max"
+    monkeypatch.setattr(pool_module, "CGROUP_MEMORY_LIMIT", str(limit))
+    assert pool_module.host_memory() == physical  # no such file: the host's
+    limit.write_text("max\n")  # a cgroup without a limit
+    assert pool_module.host_memory() == physical
+    limit.write_text(f"{1 << 30}\n")
+    assert pool_module.host_memory() == min(physical, 1 << 30)
+    monkeypatch.setattr(pool_module, "shared_memory_free", lambda folder: 1 << 20)
+    assert pool_module.memory_for_buffers(shared=True) == min(physical, 1 << 20)
+    assert pool_module.memory_for_buffers(shared=False) == min(physical, 1 << 30)

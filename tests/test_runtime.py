@@ -125,7 +125,7 @@ def test_in_process_producer_resumes_from_its_mark(tmp_path):
     path = write_archive(tmp_path / "a.tgz", numbered_files(10, bad={1}))
     with ImageLoader(path, batch_size=4, size=8, mode="L", device="cpu", normalize=False,
                      workers=0, train=False) as loader:
-        pool = loader._make_pool()
+        pool = loader._make_pool(loader._arena_bytes())
         plan = loader.plan
         producer = LocalProducer(plan.read_plan(), loader._fill, pool, plan.order,
                                  on_error="skip")

@@ -1379,6 +1379,8 @@ def test_probe_arena_counts_what_a_fixed_room_turns_away_and_a_sized_one_keeps(m
     assert fixed["per_image_kib"] == 192.0 and fixed["fallbacks"]["arena_full"] >= 1
     assert fixed["arena_full_share"] == fixed["fallbacks"]["arena_full"] / 8
     assert sized["per_image_kib"] > 192.0 and sized["fallbacks"] == {}
+    assert result["here"] == sized  # below 1 MiB a slot this host's room changes nothing
+    assert result["room_here_kib"] > 0
     from_size = script.main(script.get_args_parser().parse_args(
         args + ["--archive-images", "9"]))
     assert from_size["mean_member_kb"] == round(Path(archive).stat().st_size / 9 / 1000, 1)

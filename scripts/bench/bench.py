@@ -977,10 +977,11 @@ def main(args) -> dict:
     if args.stream_priority is not None:  # read when the loader makes its streams
         import imageloader.prefetch
         imageloader.prefetch.SIDE_STREAM_PRIORITY = args.stream_priority
-    if args.arena != "auto":  # read when a loader makes its buffers: floor = cap = this
-        import imageloader.loader
+    if args.arena != "auto":  # read when a loader makes its buffers: floor = cap = this,
+        import imageloader.loader  # and no room above the cap from the host's memory
         imageloader.loader.ARENA_PER_IMAGE = imageloader.loader.ARENA_MAX_PER_IMAGE = \
             int(args.arena) << 10
+        imageloader.loader.ARENA_MEMORY_SHARE = 0.0
     if args.lanes_always:  # read when a loader makes its prefetcher
         import imageloader.loader
         imageloader.loader.LANES_ON_DEMAND = False

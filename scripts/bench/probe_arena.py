@@ -1,5 +1,7 @@
 """How many JPEGs a batch's byte arena turns away to the CPU, for a fixed room per slot and
-for the room the loader now sizes from the archive (loader.arena_per_image).
+for the room the loader now sizes from the archive (loader.arena_per_image): on any host
+("sized", at most 1 MiB a slot) and on this one ("here", with the room its memory allows the
+buffers of a loader of the default workers, loader.arena_room_per_slot).
 
     python scripts/bench/probe_arena.py --archive bench-data/photos-16000.tgz --images 2048
 
@@ -21,7 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from imageloader.batch import batch_layout, views_of  # noqa: E402
 from imageloader.decode import Augment, Decoder, JpegPacker  # noqa: E402
-from imageloader.loader import ARENA_PER_IMAGE, arena_per_image  # noqa: E402
+from imageloader.loader import (  # noqa: E402
+    ARENA_PER_IMAGE, arena_per_image, arena_room_per_slot, buffer_count, default_workers)
 from bench_decoders import load_jpegs  # noqa: E402  (beside this script)
 
 
@@ -44,14 +47,17 @@ def main(args) -> dict:
     packed = len(jpegs) // args.batch_size * args.batch_size
     mean = os.path.getsize(args.archive) / args.archive_images if args.archive_images \
         else sum(map(len, jpegs)) / len(jpegs)
+    # a default loader's buffers with GPU decoding: prefetch 2, two lanes
+    room = arena_room_per_slot(buffer_count(2, default_workers(), 2) * args.batch_size, True)
     rows = {}
-    for label, per_image in (("fixed", ARENA_PER_IMAGE), ("sized", arena_per_image(mean))):
+    for label, per_image in (("fixed", ARENA_PER_IMAGE), ("sized", arena_per_image(mean)),
+                             ("here", arena_per_image(mean, room))):
         fallbacks = pack(jpegs, args.batch_size, per_image, args.size)
         rows[label] = {"per_image_kib": round(per_image / 1024, 1),
                        "arena_full_share": round(fallbacks.get("arena_full", 0) / packed, 4),
                        "fallbacks": fallbacks}
     return {"archive": args.archive, "images": packed, "batch_size": args.batch_size,
-            "mean_member_kb": round(mean / 1000, 1), **rows}
+            "mean_member_kb": round(mean / 1000, 1), "room_here_kib": room >> 10, **rows}
 
 
 def get_args_parser() -> argparse.ArgumentParser:
