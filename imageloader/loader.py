@@ -213,8 +213,8 @@ def arena_per_image(mean_member_bytes: float | None, room: int = 0) -> int:
     page-locked in every buffer of the pool: at 1 MiB on any host, above it up to `room` (what
     the host's memory allows a slot, arena_room_per_slot). Phone photos (12 MP, 3.3 MB) need
     ~5 MiB: with 1 MiB 69% went to the packers, which decode them at a reduced scale, and the
-    loader alone ran at 221 img/s, with room for all at 829 (~28 GiB page-locked over the
-    pool; H200, 128 GiB host, scripts/bench/results/2026-11-30-h200-phone)."""
+    loader alone ran at 204-221 img/s, with room for all at 809-829 (~28 GiB page-locked over
+    the pool; H200, 128 GiB host, scripts/bench/results/2026-11-30-h200-phone)."""
     want = ARENA_HEADROOM * (mean_member_bytes or 0)
     cap = max(ARENA_MAX_PER_IMAGE, room, ARENA_PER_IMAGE)
     return int(min(max(want, ARENA_PER_IMAGE), cap))
