@@ -31,17 +31,20 @@ from .batch import BatchViews, Layout, batch_layout, views_of
 log = logging.getLogger(__name__)
 
 SHARED_MEMORY_FOLDER = "/dev/shm"  # where Linux keeps POSIX shared memory (a tmpfs)
-CGROUP_MEMORY_LIMIT = "/sys/fs/cgroup/memory.max"  # a container's limit (cgroup v2): "max" or bytes
+# A container's memory limit: cgroup v2's ("max" or bytes), v1's (bytes, huge when unlimited).
+CGROUP_MEMORY_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 
 
 def host_memory() -> int:
     """Bytes of memory this process may use: the host's, or its container's limit if lower."""
-    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    try:
-        with open(CGROUP_MEMORY_LIMIT) as f:
-            return min(physical, int(f.read()))
-    except (OSError, ValueError):  # no cgroup v2 here, or no limit ("max")
-        return physical
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in CGROUP_MEMORY_LIMITS:
+        try:
+            with open(path) as f:
+                memory = min(memory, int(f.read()))
+        except (OSError, ValueError):  # no such cgroup here, or no limit ("max")
+            pass
+    return memory
 
 
 def memory_for_buffers(shared: bool) -> int:

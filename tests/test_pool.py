@@ -146,11 +146,14 @@ def test_too_little_shared_memory_is_refused_naming_the_need_and_the_remedy(monk
 
 def test_host_memory_is_the_containers_limit_where_lower(monkeypatch, tmp_path):
     physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    limit = tmp_path / "memory.max"
-    monkeypatch.setattr(pool_module, "CGROUP_MEMORY_LIMIT", str(limit))
-    assert pool_module.host_memory() == physical  # no such file: the host's
-    limit.write_text("max\n")  # a cgroup without a limit
+    limit, older = tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes"
+    monkeypatch.setattr(pool_module, "CGROUP_MEMORY_LIMITS", (str(limit), str(older)))
+    assert pool_module.host_memory() == physical  # no such files: the host's
+    limit.write_text("max\n")  # a cgroup (v2) without a limit
+    older.write_text("9223372036854771712\n")  # v1's "unlimited"
     assert pool_module.host_memory() == physical
+    older.write_text(f"{2 << 30}\n")
+    assert pool_module.host_memory() == min(physical, 2 << 30)
     limit.write_text(f"{1 << 30}\n")
     assert pool_module.host_memory() == min(physical, 1 << 30)
     monkeypatch.setattr(pool_module, "shared_memory_free", lambda folder: 1 << 20)
