@@ -484,7 +484,12 @@ class ImageLoader:
             return 0
         slots = self._buffer_count() * self.batch_size
         room = arena_room_per_slot(slots, shared=self.workers > 0)
-        return self.batch_size * arena_per_image(self._mean_member_bytes, room)
+        per_image = arena_per_image(self._mean_member_bytes, room)
+        if per_image > ARENA_MAX_PER_IMAGE:  # large JPEGs: say where the memory goes
+            log.info("imageloader: %.1f MiB of JPEG room per image, %.1f GB page-locked over "
+                     "%d buffers", per_image / 2**20, per_image * slots / 1e9,
+                     self._buffer_count())
+        return self.batch_size * per_image
 
     def _shared_bytes(self, arena_bytes: int) -> int:
         """The shared memory worker processes need: every batch buffer, a byte ring each."""

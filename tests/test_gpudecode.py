@@ -123,6 +123,31 @@ def test_the_room_a_slot_may_take_is_a_share_of_memory_split_among_slots_and_ran
     assert arena_room_per_slot(1000, shared=True) == 0
 
 
+def test_a_loaders_arena_takes_the_room_its_pool_has_and_says_so_above_the_cap(
+        monkeypatch, tmp_path, caplog):
+    """The sizes a GPU-decoding loader's start gives its pool, without a GPU: a loader of
+    (pretended) two lanes over an archive of phone photos' mean member (3.3 MB)."""
+    import logging
+    from imageloader import pool as pool_module
+    path = write_archive(tmp_path / "a.tgz", labeled_files(2, 4))
+    loader = ImageLoader(path, batch_size=8, size=8, device="cpu", workers=3)
+    monkeypatch.setattr(loader, "_gpu", [None, None])  # two lanes
+    loader.__dict__["_mean_member_bytes"] = 3.3e6
+    monkeypatch.setattr(pool_module, "host_memory", lambda: 64 << 30)
+    monkeypatch.setattr(pool_module, "shared_memory_free", lambda folder: 1 << 40)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    buffers = loader.prefetch + 2 + 3 + 2 + 2
+    assert loader._buffer_count() == buffers
+    with caplog.at_level(logging.INFO, logger="imageloader.loader"):
+        assert loader._arena_bytes() == 8 * int(ARENA_HEADROOM * 3.3e6)  # every one fits
+    assert f"page-locked over {buffers} buffers" in caplog.text
+    monkeypatch.setattr(pool_module, "shared_memory_free", lambda folder: 1 << 30)
+    assert loader._arena_bytes() == 8 * ((1 << 30) // 4 // (buffers * 8))  # a quarter, a slot
+    monkeypatch.setattr(pool_module, "shared_memory_free", lambda folder: 50 << 20)
+    assert loader._arena_bytes() == 8 * ARENA_MAX_PER_IMAGE  # less room than 1 MiB a slot
+    loader.close()
+
+
 def test_an_arena_sized_from_the_archive_sends_every_large_jpeg_to_the_gpu():
     """JPEGs above the old fixed room per slot: with it, part of every batch was decoded on
     the packers' CPU (arena_full); with the room sized from their mean, none is."""
