@@ -41,7 +41,8 @@ from .gpudecode import GpuDecode, Packed
 from .gpujpeg import available as gpu_jpeg_decoders, check_lanes, lanes as gpu_lanes
 from .index import file_stamp
 from .plan import Plan, Position, Settings, check_resume, cores, make_plan
-from .pool import BufferPool, check_shared_memory, memory_for_buffers
+from .pool import (SHARED_MEMORY_FOLDER, BufferPool, check_shared_memory, memory_for_buffers,
+                   shared_memory_now)
 from .prefetch import Backlog, Normalize, Prefetcher, resolve_device
 from .read import Region, Source, expand_sources
 from .remote import RemoteOptions, share_scans
@@ -485,11 +486,29 @@ class ImageLoader:
         slots = self._buffer_count() * self.batch_size
         room = arena_room_per_slot(slots, shared=self.workers > 0)
         per_image = arena_per_image(self._mean_member_bytes, room)
+        fits = self._shared_room_per_image(slots)
+        if fits is not None and fits < per_image:
+            # A tight /dev/shm (Docker's --shm-size): a smaller arena, down to the least,
+            # rather than a refusal to start; the JPEGs it turns away decode on the CPU.
+            per_image = max(ARENA_PER_IMAGE, fits)
+            log.warning("imageloader: %s has room for %.0f KiB of JPEG bytes per image where "
+                        "the archives want %.0f KiB: larger JPEGs decode on the CPU "
+                        "(stats.fallbacks['arena_full']); give it more room (Docker: "
+                        "--shm-size) to decode them on the GPU", SHARED_MEMORY_FOLDER,
+                        fits / 1024, arena_per_image(self._mean_member_bytes, room) / 1024)
         if per_image > ARENA_MAX_PER_IMAGE:  # large JPEGs: say where the memory goes
             log.info("imageloader: %.1f MiB of JPEG room per image, %.1f GB page-locked over "
                      "%d buffers", per_image / 2**20, per_image * slots / 1e9,
                      self._buffer_count())
         return self.batch_size * per_image
+
+    def _shared_room_per_image(self, slots: int) -> int | None:
+        """JPEG bytes each of `slots` slots can have beside everything else the workers share,
+        in 90% of what /dev/shm has free now; None where nothing is shared or no such folder."""
+        free = shared_memory_now() if self.workers > 0 else None
+        if free is None:
+            return None
+        return int(0.9 * free - self._shared_bytes(0)) // slots
 
     def _shared_bytes(self, arena_bytes: int) -> int:
         """The shared memory worker processes need: every batch buffer, a byte ring each."""

@@ -50,8 +50,13 @@ def host_memory() -> int:
 def memory_for_buffers(shared: bool) -> int:
     """Bytes a pool's buffers may come from: the host's memory and, for buffers in shared
     memory, no more than its folder has free now."""
-    free = shared_memory_free(SHARED_MEMORY_FOLDER) if shared else None
+    free = shared_memory_now() if shared else None
     return min(host_memory(), free) if free is not None else host_memory()
+
+
+def shared_memory_now() -> int | None:
+    """Bytes free in SHARED_MEMORY_FOLDER now; None where there is no such folder."""
+    return shared_memory_free(SHARED_MEMORY_FOLDER)
 
 
 def shared_memory_free(folder: str) -> int | None:

@@ -30,7 +30,7 @@ from imageloader.loader import (ARENA_HEADROOM, ARENA_MAX_PER_IMAGE, ARENA_PER_I
 from imageloader.prefetch import Backlog
 from imageloader.gpujpeg import (DECODERS, ENGINES, NvImageCodecJpeg, SplitJpeg, available,
                                  decoder_turns_upright, has_jpeg_engines)
-from imageloader.pool import BufferPool
+from imageloader.pool import BufferPool, check_shared_memory
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 HERE = Path(__file__).resolve().parent
@@ -123,10 +123,11 @@ def test_the_room_a_slot_may_take_is_a_share_of_memory_split_among_slots_and_ran
     assert arena_room_per_slot(1000, shared=True) == 0
 
 
-def test_a_loaders_arena_takes_the_room_its_pool_has_and_says_so_above_the_cap(
+def test_a_loaders_arena_takes_the_room_its_pool_has_and_shrinks_where_dev_shm_is_tight(
         monkeypatch, tmp_path, caplog):
     """The sizes a GPU-decoding loader's start gives its pool, without a GPU: a loader of
-    (pretended) two lanes over an archive of phone photos' mean member (3.3 MB)."""
+    (pretended) two lanes over an archive of phone photos' mean member (3.3 MB), as /dev/shm
+    has more or less free."""
     import logging
     from imageloader import pool as pool_module
     path = write_archive(tmp_path / "a.tgz", labeled_files(2, 4))
@@ -134,17 +135,32 @@ def test_a_loaders_arena_takes_the_room_its_pool_has_and_says_so_above_the_cap(
     monkeypatch.setattr(loader, "_gpu", [None, None])  # two lanes
     loader.__dict__["_mean_member_bytes"] = 3.3e6
     monkeypatch.setattr(pool_module, "host_memory", lambda: 64 << 30)
-    monkeypatch.setattr(pool_module, "shared_memory_free", lambda folder: 1 << 40)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     buffers = loader.prefetch + 2 + 3 + 2 + 2
     assert loader._buffer_count() == buffers
-    with caplog.at_level(logging.INFO, logger="imageloader.loader"):
-        assert loader._arena_bytes() == 8 * int(ARENA_HEADROOM * 3.3e6)  # every one fits
+
+    def arena_per_slot(free: int) -> int:
+        monkeypatch.setattr(pool_module, "shared_memory_free", lambda folder: free)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="imageloader.loader"):
+            arena = loader._arena_bytes()
+        return arena // 8
+
+    assert arena_per_slot(1 << 40) == int(ARENA_HEADROOM * 3.3e6)  # every one fits
     assert f"page-locked over {buffers} buffers" in caplog.text
-    monkeypatch.setattr(pool_module, "shared_memory_free", lambda folder: 1 << 30)
-    assert loader._arena_bytes() == 8 * ((1 << 30) // 4 // (buffers * 8))  # a quarter, a slot
-    monkeypatch.setattr(pool_module, "shared_memory_free", lambda folder: 50 << 20)
-    assert loader._arena_bytes() == 8 * ARENA_MAX_PER_IMAGE  # less room than 1 MiB a slot
+    assert arena_per_slot(1 << 30) == (1 << 30) // 4 // (buffers * 8)  # a quarter, a slot
+    # Tight: less than 1 MiB a slot fits beside the rest (the workers' rings take 158 MB
+    # here): a smaller arena that passes the check, and a warning naming the remedy
+    tight = 230 << 20
+    per_slot = arena_per_slot(tight)
+    assert ARENA_PER_IMAGE < per_slot < ARENA_MAX_PER_IMAGE
+    check_shared_memory(loader._shared_bytes(8 * per_slot))  # passes, with ~10% to spare
+    assert loader._shared_bytes(8 * per_slot) < 0.91 * tight < loader._shared_bytes(8 << 20)
+    assert "/dev/shm has room for" in caplog.text and "--shm-size" in caplog.text
+    # Too little even for the least: the least, which the start's check then refuses
+    assert arena_per_slot(50 << 20) == ARENA_PER_IMAGE
+    with pytest.raises(MemoryError, match="--shm-size"):
+        check_shared_memory(loader._shared_bytes(8 * ARENA_PER_IMAGE))
     loader.close()
 
 
