@@ -485,17 +485,18 @@ class ImageLoader:
             return 0
         slots = self._buffer_count() * self.batch_size
         room = arena_room_per_slot(slots, shared=self.workers > 0)
-        per_image = arena_per_image(self._mean_member_bytes, room)
+        per_image = wanted = arena_per_image(self._mean_member_bytes, room)
         fits = self._shared_room_per_image(slots)
-        if fits is not None and fits < per_image:
+        if fits is not None and fits < wanted:
             # A tight /dev/shm (Docker's --shm-size): a smaller arena, down to the least,
             # rather than a refusal to start; the JPEGs it turns away decode on the CPU.
             per_image = max(ARENA_PER_IMAGE, fits)
-            log.warning("imageloader: %s has room for %.0f KiB of JPEG bytes per image where "
-                        "the archives want %.0f KiB: larger JPEGs decode on the CPU "
-                        "(stats.fallbacks['arena_full']); give it more room (Docker: "
-                        "--shm-size) to decode them on the GPU", SHARED_MEMORY_FOLDER,
-                        fits / 1024, arena_per_image(self._mean_member_bytes, room) / 1024)
+            if fits >= ARENA_PER_IMAGE:  # else the start's check refuses, saying why
+                log.warning("imageloader: %s has room for %.0f KiB of JPEG bytes per image "
+                            "where the archives want %.0f KiB: larger JPEGs decode on the CPU "
+                            "(stats.fallbacks['arena_full']); give it more room (Docker: "
+                            "--shm-size) to decode them on the GPU", SHARED_MEMORY_FOLDER,
+                            fits / 1024, wanted / 1024)
         if per_image > ARENA_MAX_PER_IMAGE:  # large JPEGs: say where the memory goes
             log.info("imageloader: %.1f MiB of JPEG room per image, %.1f GB page-locked over "
                      "%d buffers", per_image / 2**20, per_image * slots / 1e9,

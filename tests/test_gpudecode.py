@@ -159,6 +159,7 @@ def test_a_loaders_arena_takes_the_room_its_pool_has_and_shrinks_where_dev_shm_i
     assert "/dev/shm has room for" in caplog.text and "--shm-size" in caplog.text
     # Too little even for the least: the least, which the start's check then refuses
     assert arena_per_slot(50 << 20) == ARENA_PER_IMAGE
+    assert "has room for" not in caplog.text  # the check's refusal says it
     with pytest.raises(MemoryError, match="--shm-size"):
         check_shared_memory(loader._shared_bytes(8 * ARENA_PER_IMAGE))
     loader.close()
