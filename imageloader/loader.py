@@ -196,11 +196,13 @@ def buffer_count(prefetch: int, workers: int, gpu_lanes: int | None) -> int:
     return prefetch + 2 + workers + (2 + gpu_lanes if gpu_lanes is not None else 0)
 
 
-def arena_room_per_slot(slots: int, shared: bool) -> int:
+def arena_room_per_slot(slots: int, shared_free: int | None) -> int:
     """JPEG bytes each of `slots` batch slots may hold with the arenas in ARENA_MEMORY_SHARE of
     the memory their buffers come from (pool.memory_for_buffers: the host's or its
-    container's, and /dev/shm's free space where `shared`), split among the ranks here."""
-    return int(ARENA_MEMORY_SHARE * memory_for_buffers(shared) / ranks_here()) // max(1, slots)
+    container's, and `shared_free`, /dev/shm's free space, for shared buffers), split among
+    the ranks here."""
+    memory = memory_for_buffers(shared_free)
+    return int(ARENA_MEMORY_SHARE * memory / ranks_here()) // max(1, slots)
 
 
 def arena_per_image(mean_member_bytes: float | None, room: int = 0) -> int:
@@ -484,9 +486,11 @@ class ImageLoader:
         if self._gpu is None:
             return 0
         slots = self._buffer_count() * self.batch_size
-        room = arena_room_per_slot(slots, shared=self.workers > 0)
+        # /dev/shm read once: the room above the cap and what fits come from one reading
+        free = shared_memory_now() if self.workers > 0 else None
+        room = arena_room_per_slot(slots, free)
         per_image = wanted = arena_per_image(self._mean_member_bytes, room)
-        fits = self._shared_room_per_image(slots)
+        fits = self._shared_room_per_image(slots, free)
         if fits is not None and fits < wanted:
             # A tight /dev/shm (Docker's --shm-size): a smaller arena, down to the least,
             # rather than a refusal to start; the JPEGs it turns away decode on the CPU.
@@ -500,13 +504,13 @@ class ImageLoader:
         if per_image > ARENA_MAX_PER_IMAGE:  # large JPEGs: say where the memory goes
             log.info("imageloader: %.1f MiB of JPEG room per image, %.1f GB page-locked over "
                      "%d buffers", per_image / 2**20, per_image * slots / 1e9,
-                     self._buffer_count())
+                     slots // self.batch_size)
         return self.batch_size * per_image
 
-    def _shared_room_per_image(self, slots: int) -> int | None:
+    def _shared_room_per_image(self, slots: int, free: int | None) -> int | None:
         """JPEG bytes each of `slots` slots can have beside everything else the workers share,
-        in 90% of what /dev/shm has free now; None where nothing is shared or no such folder."""
-        free = shared_memory_now() if self.workers > 0 else None
+        in 90% of `free`, what /dev/shm has free; None where nothing is shared (or no such
+        folder)."""
         if free is None:
             return None
         return int(0.9 * free - self._shared_bytes(0)) // slots

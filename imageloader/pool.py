@@ -47,11 +47,11 @@ def host_memory() -> int:
     return memory
 
 
-def memory_for_buffers(shared: bool) -> int:
+def memory_for_buffers(shared_free: int | None) -> int:
     """Bytes a pool's buffers may come from: the host's memory and, for buffers in shared
-    memory, no more than its folder has free now."""
-    free = shared_memory_now() if shared else None
-    return min(host_memory(), free) if free is not None else host_memory()
+    memory, no more than `shared_free`, what its folder has free (None: not shared)."""
+    memory = host_memory()
+    return min(memory, shared_free) if shared_free is not None else memory
 
 
 def shared_memory_now() -> int | None:

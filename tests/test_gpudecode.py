@@ -112,15 +112,15 @@ def test_the_room_a_slot_may_take_is_a_share_of_memory_split_among_slots_and_ran
     import imageloader.loader as loader_module
     from imageloader import pool as pool_module
     monkeypatch.setattr(pool_module, "host_memory", lambda: 64 << 30)
-    monkeypatch.setattr(pool_module, "shared_memory_free", lambda folder: 16 << 30)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     share = loader_module.ARENA_MEMORY_SHARE
-    assert arena_room_per_slot(1000, shared=False) == int(share * (64 << 30)) // 1000
-    assert arena_room_per_slot(1000, shared=True) == int(share * (16 << 30)) // 1000  # /dev/shm
+    assert arena_room_per_slot(1000, None) == int(share * (64 << 30)) // 1000  # not shared
+    assert arena_room_per_slot(1000, 16 << 30) == int(share * (16 << 30)) // 1000  # /dev/shm
+    assert arena_room_per_slot(1000, 1 << 40) == int(share * (64 << 30)) // 1000  # the host
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # four ranks of one host share it
-    assert arena_room_per_slot(1000, shared=True) == int(share * (16 << 30) / 4) // 1000
+    assert arena_room_per_slot(1000, 16 << 30) == int(share * (16 << 30) / 4) // 1000
     monkeypatch.setattr(loader_module, "ARENA_MEMORY_SHARE", 0.0)  # bench.py --arena: fixed
-    assert arena_room_per_slot(1000, shared=True) == 0
+    assert arena_room_per_slot(1000, 16 << 30) == 0
 
 
 def test_a_loaders_arena_takes_the_room_its_pool_has_and_shrinks_where_dev_shm_is_tight(

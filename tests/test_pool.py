@@ -156,6 +156,5 @@ def test_host_memory_is_the_containers_limit_where_lower(monkeypatch, tmp_path):
     assert pool_module.host_memory() == min(physical, 2 << 30)
     limit.write_text(f"{1 << 30}\n")
     assert pool_module.host_memory() == min(physical, 1 << 30)
-    monkeypatch.setattr(pool_module, "shared_memory_free", lambda folder: 1 << 20)
-    assert pool_module.memory_for_buffers(shared=True) == min(physical, 1 << 20)
-    assert pool_module.memory_for_buffers(shared=False) == min(physical, 1 << 30)
+    assert pool_module.memory_for_buffers(1 << 20) == min(physical, 1 << 20)  # /dev/shm's free
+    assert pool_module.memory_for_buffers(None) == min(physical, 1 << 30)  # not shared

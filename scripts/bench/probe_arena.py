@@ -25,6 +25,7 @@ from imageloader.batch import batch_layout, views_of  # noqa: E402
 from imageloader.decode import Augment, Decoder, JpegPacker  # noqa: E402
 from imageloader.loader import (  # noqa: E402
     ARENA_PER_IMAGE, arena_per_image, arena_room_per_slot, buffer_count, default_workers)
+from imageloader.pool import shared_memory_now  # noqa: E402
 from bench_decoders import load_jpegs  # noqa: E402  (beside this script)
 
 
@@ -48,7 +49,8 @@ def main(args) -> dict:
     mean = os.path.getsize(args.archive) / args.archive_images if args.archive_images \
         else sum(map(len, jpegs)) / len(jpegs)
     # a default loader's buffers with GPU decoding: prefetch 2, two lanes
-    room = arena_room_per_slot(buffer_count(2, default_workers(), 2) * args.batch_size, True)
+    slots = buffer_count(2, default_workers(), 2) * args.batch_size
+    room = arena_room_per_slot(slots, shared_memory_now())
     rows = {}
     for label, per_image in (("fixed", ARENA_PER_IMAGE), ("sized", arena_per_image(mean)),
                              ("here", arena_per_image(mean, room))):
