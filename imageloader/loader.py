@@ -196,6 +196,18 @@ def buffer_count(prefetch: int, workers: int, gpu_lanes: int | None) -> int:
     return prefetch + 2 + workers + (2 + gpu_lanes if gpu_lanes is not None else 0)
 
 
+def gpu_packers(workers: int, decodes_too: bool) -> int:
+    """The packers a loader decoding on the GPU starts where the caller names no count, from
+    the CPU path's `workers`. `decodes_too`: they may decode too (decode="auto"'s trial, or
+    Options.cpu_large)."""
+    # Packing bytes is cheap, but each packer is fed by its own region reader, and on the GPU
+    # host 8 readers were needed to inflate ~15k images/s. Fewer cost the rate even where
+    # the JPEGs are large (phone photos, 3.3 MB: 8 packers 814-858 img/s, 4 597-625, 2 302;
+    # scripts/bench/results/2026-11-30-h200-packers). A trial of CPU decoding needs as many
+    # packers as the CPU path has workers: a multiple of 8, so that 8 readers feed them evenly.
+    return -(-workers // 8) * 8 if decodes_too else min(8, workers)
+
+
 def arena_room_per_slot(slots: int, shared_free: int | None) -> int:
     """JPEG bytes each of `slots` batch slots may hold with the arenas in ARENA_MEMORY_SHARE of
     the memory their buffers come from (pool.memory_for_buffers: the host's or its
@@ -216,8 +228,8 @@ def arena_per_image(mean_member_bytes: float | None, room: int = 0) -> int:
     page-locked in every buffer of the pool: at 1 MiB on any host, above it up to `room` (what
     the host's memory allows a slot, arena_room_per_slot). Phone photos (12 MP, 3.3 MB) need
     ~5 MiB: with 1 MiB 69% went to the packers, which decode them at a reduced scale, and the
-    loader alone ran at 204-221 img/s, with room for all at 809-829 (~28 GiB page-locked over
-    the pool; H200, 128 GiB host, scripts/bench/results/2026-11-30-h200-phone)."""
+    loader alone ran at 204-221 img/s, with room for all at 809-829 (20.5 GB page-locked over
+    the pool's 16 buffers; H200, 128 GiB host, scripts/bench/results/2026-11-30-h200-phone)."""
     want = ARENA_HEADROOM * (mean_member_bytes or 0)
     cap = max(ARENA_MAX_PER_IMAGE, room, ARENA_PER_IMAGE)
     return int(min(max(want, ARENA_PER_IMAGE), cap))
@@ -295,12 +307,7 @@ class ImageLoader:
                                            options.gpu_decoder)
         trial = decode == "auto" and self.decode == "cuda" and options.cpu_share is None
         if self.decode == "cuda" and workers is None:
-            # Packing bytes is cheap, but each packer is fed by its own region reader (below),
-            # and on the GPU host 8 readers were needed to inflate ~15k images/s. A trial of
-            # CPU decoding (decode="auto") needs as many packers as the CPU path has workers:
-            # a multiple of 8, so that 8 readers feed them evenly.
-            decodes_too = trial or options.cpu_large
-            self.workers = -(-self.workers // 8) * 8 if decodes_too else min(8, self.workers)
+            self.workers = gpu_packers(self.workers, decodes_too=trial or options.cpu_large)
         # The device step must not refer back to the loader: a reference cycle would leave
         # CUDA objects for the garbage collector, which may then run in a forked child.
         if self.decode == "cuda":

@@ -1381,6 +1381,13 @@ def test_probe_arena_counts_what_a_fixed_room_turns_away_and_a_sized_one_keeps(m
     assert sized["per_image_kib"] > 192.0 and sized["fallbacks"] == {}
     assert result["here"] == sized  # below 1 MiB a slot this host's room changes nothing
     assert result["room_here_kib"] > 0
+    from imageloader.loader import buffer_count, default_workers, gpu_packers
+    assert result["packers"] == gpu_packers(default_workers(), decodes_too=False)
+    # decode="auto"'s 16 packers: more buffers share the same memory, each slot gets less
+    auto = script.main(script.get_args_parser().parse_args(args + ["--packers", "16"]))
+    assert auto["packers"] == 16
+    ratio = buffer_count(2, result["packers"], 2) / buffer_count(2, 16, 2)
+    assert auto["room_here_kib"] == pytest.approx(result["room_here_kib"] * ratio, abs=2)
     from_size = script.main(script.get_args_parser().parse_args(
         args + ["--archive-images", "9"]))
     assert from_size["mean_member_kb"] == round(Path(archive).stat().st_size / 9 / 1000, 1)

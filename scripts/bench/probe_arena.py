@@ -1,7 +1,8 @@
 """How many JPEGs a batch's byte arena turns away to the CPU, for a fixed room per slot and
 for the room the loader now sizes from the archive (loader.arena_per_image): on any host
 ("sized", at most 1 MiB a slot) and on this one ("here", with the room its memory allows the
-buffers of a loader of the default workers, loader.arena_room_per_slot).
+buffers of a default loader decoding with "cuda", loader.arena_room_per_slot; --packers 16 for
+decode="auto"'s).
 
     python scripts/bench/probe_arena.py --archive bench-data/photos-16000.tgz --images 2048
 
@@ -24,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from imageloader.batch import batch_layout, views_of  # noqa: E402
 from imageloader.decode import Augment, Decoder, JpegPacker  # noqa: E402
 from imageloader.loader import (  # noqa: E402
-    ARENA_PER_IMAGE, arena_per_image, arena_room_per_slot, buffer_count, default_workers)
+    ARENA_PER_IMAGE, arena_per_image, arena_room_per_slot, buffer_count, default_workers,
+    gpu_packers)
 from imageloader.pool import shared_memory_now  # noqa: E402
 from bench_decoders import load_jpegs  # noqa: E402  (beside this script)
 
@@ -48,8 +50,9 @@ def main(args) -> dict:
     packed = len(jpegs) // args.batch_size * args.batch_size
     mean = os.path.getsize(args.archive) / args.archive_images if args.archive_images \
         else sum(map(len, jpegs)) / len(jpegs)
-    # a default loader's buffers with GPU decoding: prefetch 2, two lanes
-    slots = buffer_count(2, default_workers(), 2) * args.batch_size
+    # a default loader's buffers with GPU decoding: prefetch 2, its packers, two lanes
+    packers = args.packers or gpu_packers(default_workers(), decodes_too=False)
+    slots = buffer_count(2, packers, 2) * args.batch_size
     room = arena_room_per_slot(slots, shared_memory_now())
     rows = {}
     for label, per_image in (("fixed", ARENA_PER_IMAGE), ("sized", arena_per_image(mean)),
@@ -59,7 +62,8 @@ def main(args) -> dict:
                        "arena_full_share": round(fallbacks.get("arena_full", 0) / packed, 4),
                        "fallbacks": fallbacks}
     return {"archive": args.archive, "images": packed, "batch_size": args.batch_size,
-            "mean_member_kb": round(mean / 1000, 1), "room_here_kib": room >> 10, **rows}
+            "mean_member_kb": round(mean / 1000, 1), "packers": packers,
+            "room_here_kib": room >> 10, **rows}
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -71,6 +75,9 @@ def get_args_parser() -> argparse.ArgumentParser:
                              "takes it (default: the mean of the JPEGs read)")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--packers", type=int, default=0,
+                        help='the "here" row\'s packers (default: a loader\'s with decode="cuda", '
+                             'gpu_packers; 16 on a 16-core host with "auto")')
     return parser
 
 
