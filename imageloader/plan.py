@@ -98,7 +98,8 @@ class Plan:
         parts = tuple(on_copy(part, self.copies) for part in self.parts)
         return ReadPlan(parts, dict(self.vocab_index), self.batch_size, shuffle,
                         self.seed, self.limits, self.unknown_labels, self.inflate, threads,
-                        self.rank if world > 1 else 0, world)
+                        self.rank if world > 1 else 0, world,
+                        copy_of={copy: archive for archive, copy in self.copies.items()})
 
     # ---- counts ----------------------------------------------------------------------------
 

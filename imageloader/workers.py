@@ -86,6 +86,8 @@ class ReadPlan:
     inflate_threads: int | None = None
     rank: int = 0
     world_size: int = 1
+    copy_of: dict = field(default_factory=dict)  # {plain copy (cache.py): the archive it
+                                                 # copies}: members name the archive given
 
     def tasks(self, epoch: int, order: tuple[int, ...], skipped: Counter, stats: dict,
               stream: int = 0, share: tuple[int, int] = (0, 1),
@@ -117,16 +119,32 @@ def _chain_members(archives, skipped, stats, plan: ReadPlan, opened: dict | None
     before = remote.counters()
     for archive in archives:
         rewind(archive)
-        far = remote.is_url(getattr(archive, "path", archive))  # a Region's, or the archive
-        for member in iter_members(archive, skipped=skipped, limits=plan.limits,
-                                   inflate=plan.inflate, threads=plan.inflate_threads,
-                                   opened=opened):
+        path = getattr(archive, "path", archive)  # a Region's, or the archive
+        far = remote.is_url(path)
+        given = plan.copy_of.get(path) if isinstance(path, str) else None
+        members = iter_members(archive, skipped=skipped, limits=plan.limits,
+                               inflate=plan.inflate, threads=plan.inflate_threads, opened=opened)
+        for member in (members if given is None else _as_given(members, given, path)):
             stats["bytes"] = stats.get("bytes", 0) + len(member.data)
             if far:  # bytes fetched, requests and retries of this reader in this epoch
                 stats["remote"] = remote.counted_since(before)
             yield member
         if far:
             stats["remote"] = remote.counted_since(before)
+
+
+def _as_given(members, archive: str, copy: str):
+    """Members read from a plain copy, named as members of the archive the user gave: a
+    sample's error, a skip, an unknown label then point at a file they know."""
+    try:
+        for member in members:
+            yield member._replace(archive=archive)
+    except ArchiveError as error:  # the copy itself is damaged: say which file was read
+        # (in the problem's text, which crosses process boundaries; a note would not)
+        raise ArchiveError(error.archive, f"{error.problem}; this file is the plain copy of "
+                           f"{archive!r}: deleting it makes the next start write it again",
+                           member=error.member, index=error.index,
+                           offset=error.offset) from error
 
 
 def rewind(source) -> None:

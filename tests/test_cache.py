@@ -340,3 +340,54 @@ def test_a_damaged_archive_gets_no_copy_and_still_fails_where_it_is_read(tmp_pat
         with pytest.raises(ArchiveError, match="(?i)truncated|unexpected end"):
             for _ in loader:
                 pass
+
+
+# ============================================================================================
+# What errors name
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_errors_name_the_archive_given_not_its_plain_copy(tmp_path, workers):
+    """Read from the plain copy, a member that cannot be decoded and one of a class the
+    vocabulary lacks are reported as members of the archive the user gave, by both the
+    in-process reader and the reader processes."""
+    files = labeled_files(2, 3) + [("train/c01/broken.jpg", b"\xff\xd8\xff not a JPEG")]
+    path = write_archive(tmp_path / "a.tgz", files)
+    assert find_copy(path) is None
+    with numbered_loader(path, workers=workers, train=False,
+                         options={"on_error": "raise"}) as loader:
+        assert find_copy(path) is not None  # what the epoch reads
+        with pytest.raises(ValueError) as raised:
+            for _ in loader:
+                pass
+    assert (raised.value.archive, raised.value.member) == (path, "train/c01/broken.jpg")
+    assert repr(path) in str(raised.value) and ".plain" not in str(raised.value)
+    with numbered_loader(path, workers=workers, train=False, vocab=["c00"]) as loader:
+        with pytest.raises(KeyError) as raised:
+            for _ in loader:
+                pass
+    assert (raised.value.archive, raised.value.member) == (path, "train/c01/img000.jpg")
+
+
+def test_a_damaged_plain_copy_is_named_with_the_archive_it_copies(tmp_path):
+    """A copy spoiled after it was written (same size and time, so it still looks whole):
+    the error names the file read, says whose copy it is and how to get a good one."""
+    path = padded_archive(tmp_path / "a.tgz")
+    copy = ensure_copy(path, ROOM)
+    import tarfile
+    with tarfile.open(copy) as tar:
+        header = tar.getmembers()[20].offset  # a member's header, past the first few
+    stat = os.stat(copy)
+    with open(copy, "r+b") as f:
+        f.seek(header)
+        f.write(b"\x17" * 512)
+    os.utime(copy, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # as a failing disk leaves it
+    assert find_copy(path) == copy
+    with numbered_loader(path, workers=0, train=False, vocab=["c0", "c1", "c2"]) as loader:
+        with pytest.raises(ArchiveError) as raised, \
+                pytest.warns(UserWarning, match="skipped 10 members"):  # the .txt ones before
+            for _ in loader:
+                pass
+    message = str(raised.value)
+    assert repr(copy) in message and f"plain copy of {path!r}" in message
+    assert "deleting it" in message
