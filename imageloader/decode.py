@@ -283,6 +283,9 @@ def gpu_screen(data: bytes, mode: str, limits: Limits, progressive_pixels: int =
         return Screen("progressive", img.size, progressive=True)
     if img.mode == "RGB" and JpegImagePlugin.get_sampling(img) == -1:
         return Screen("subsampling", img.size)
+    coding = _frame_coding(data)
+    if coding is not None:
+        return Screen(coding, img.size)
     orientation = _orientation(img)  # outside 1-8: upright, as exif_transpose leaves it
     orientation = orientation if 1 <= orientation <= 8 else 1
     return Screen(None, img.size, orientation, _upright_size(img, orientation), progressive)
@@ -444,6 +447,31 @@ def load_converted(img: Image.Image, mode: str, orientation: int | None = None) 
     if img.mode != mode:
         img = img.convert(mode)
     return img
+
+
+# Start-of-frame markers of the codings nvJPEG does not decode (ITU T.81, table B.1).
+_ARITHMETIC_FRAMES = frozenset({0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+_LOSSLESS_FRAMES = frozenset({0xC3, 0xC7, 0xCB, 0xCF})
+
+
+def _frame_coding(data: bytes) -> str | None:
+    """"lossless" or "arithmetic" where the frame is coded so (Pillow opens both and its
+    libjpeg decodes them; nvJPEG takes Huffman-coded DCT frames only), else None. Walks the
+    segment headers from SOI to the first start-of-frame marker: a few reads, no pixels."""
+    at = 2
+    while at + 4 <= len(data):
+        if data[at] != 0xFF:
+            return None  # not a marker where one belongs: Pillow's parser judged the rest
+        marker = data[at + 1]
+        if marker == 0xFF:  # fill byte
+            at += 1
+            continue
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            if marker in _LOSSLESS_FRAMES:
+                return "lossless"
+            return "arithmetic" if marker in _ARITHMETIC_FRAMES else None
+        at += 2 + int.from_bytes(data[at + 2:at + 4], "big")
+    return None
 
 
 def _orientation(img: Image.Image) -> int:

@@ -47,6 +47,48 @@ def noisy_jpeg(level: int, seed: int, shape: tuple[int, int] = (500, 600)) -> by
     return encode(Image.fromarray(pixels), "JPEG", quality=98)
 
 
+CAMERA_KINDS = ("mpo", "thumbnail", "restarts")
+
+
+def camera_kinds_here() -> tuple[str, ...]:
+    """The kinds of camera_jpeg this Pillow writes: restart markers since Pillow 10.2."""
+    probe = encode(Image.new("RGB", (32, 32)), "JPEG", restart_marker_blocks=1)
+    return CAMERA_KINDS if b"\xff\xdd" in probe else CAMERA_KINDS[:2]
+
+
+def camera_jpeg(kind: str, image: Image.Image, other: Image.Image) -> bytes:
+    """`image` as cameras and phones write JPEGs beside plain ones, with `other` where a
+    decoder that took the wrong part of the file would find it:
+    "mpo": a multi-picture file (phones' portrait and 3D shots), `other` its second frame;
+    "thumbnail": EXIF with a JPEG thumbnail in IFD1 (most cameras), `other` that thumbnail,
+    a whole JPEG (SOI, SOF, EOI) before the main frame's;
+    "restarts": restart markers every 4 MCUs (DRI, many cameras' encoders)."""
+    if kind == "mpo":
+        out = io.BytesIO()
+        image.save(out, "MPO", save_all=True, append_images=[other], quality=95)
+        return out.getvalue()
+    if kind == "thumbnail":
+        return with_exif_thumbnail(encode(image, "JPEG"), encode(other, "JPEG", quality=80))
+    if kind == "restarts":
+        if kind not in camera_kinds_here():
+            raise RuntimeError("this Pillow writes no restart markers: camera_kinds_here()")
+        return encode(image, "JPEG", restart_marker_blocks=4)
+    raise ValueError(f"kind: one of {CAMERA_KINDS}, not {kind!r}")
+
+
+def with_exif_thumbnail(jpeg: bytes, thumbnail: bytes) -> bytes:
+    """`jpeg` with an APP1 EXIF segment right after its SOI, as cameras write it: IFD0 (one
+    entry: orientation 1) and IFD1 pointing at `thumbnail`'s bytes inside the segment."""
+    import struct
+    ifd0 = struct.pack("<H", 1) + struct.pack("<HHII", 0x0112, 3, 1, 1) + struct.pack("<I", 26)
+    at = 8 + len(ifd0) + 2 + 2 * 12 + 4  # the thumbnail follows IFD1
+    ifd1 = (struct.pack("<H", 2) + struct.pack("<HHII", 0x0201, 4, 1, at)
+            + struct.pack("<HHII", 0x0202, 4, 1, len(thumbnail)) + struct.pack("<I", 0))
+    tiff = b"II*\x00" + struct.pack("<I", 8) + ifd0 + ifd1 + thumbnail
+    body = b"Exif\x00\x00" + tiff
+    return jpeg[:2] + b"\xff\xe1" + struct.pack(">H", len(body) + 2) + body + jpeg[2:]
+
+
 def add_file(tar: tarfile.TarFile, name: str, data: bytes, **attrs) -> None:
     info = tarfile.TarInfo(name)
     info.size = len(data)

@@ -17,8 +17,9 @@ import pytest
 import torch
 from PIL import Image, ImageOps
 
-from conftest import (Clock, assert_labels_match_pixels, class_level, encode, labeled_files,
-                      noisy_jpeg, photo, solid, write_archive)
+from conftest import (Clock, assert_labels_match_pixels, camera_jpeg, camera_kinds_here,
+                      class_level, encode, labeled_files, noisy_jpeg, photo, solid,
+                      with_exif_thumbnail, write_archive)
 from imageloader import ImageLoader, Options, gpucrop
 from imageloader.batch import FALLBACK, batch_layout, views_of
 from imageloader.decode import (GPU_PROGRESSIVE, Augment, Decoder, JpegPacker,
@@ -26,7 +27,7 @@ from imageloader.decode import (GPU_PROGRESSIVE, Augment, Decoder, JpegPacker,
 from imageloader.errors import Limits
 from imageloader.gpudecode import GpuDecode, Packed, choose_crop
 from imageloader.loader import (ARENA_HEADROOM, ARENA_MAX_PER_IMAGE, ARENA_PER_IMAGE,
-                                arena_per_image, arena_room_per_slot)
+                                arena_per_image, arena_room_per_slot, gpu_packers)
 from imageloader.prefetch import Backlog
 from imageloader.gpujpeg import (DECODERS, ENGINES, NvImageCodecJpeg, SplitJpeg, available,
                                  decoder_turns_upright, has_jpeg_engines)
@@ -34,6 +35,7 @@ from imageloader.pool import BufferPool, check_shared_memory
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"
 
 
 def has_triton() -> bool:
@@ -80,6 +82,29 @@ def test_screening_sends_only_baseline_jpegs_to_the_gpu():
     assert gpu_screen(solid(50), "RGB", Limits(max_pixels=10))[0] == "size"
 
 
+def with_frame_marker(jpeg: bytes, marker: int) -> bytes:
+    """`jpeg` with its start-of-frame marker (SOF0, baseline) replaced: the headers of
+    another coding, the scan left as it is (what a screen reads is only the headers)."""
+    at = jpeg.index(b"\xff\xc0")
+    return jpeg[:at + 1] + bytes([marker]) + jpeg[at + 2:]
+
+
+def test_screening_leaves_arithmetic_and_lossless_jpegs_to_the_cpu():
+    """nvJPEG decodes Huffman-coded DCT frames only; Pillow's libjpeg decodes the others, so
+    the packers get them: a real arithmetic-coded photo (libjpeg-turbo's, tests/data), and
+    the start-of-frame marker of each such coding. An EXIF thumbnail's frame (inside APP1)
+    is not the image's."""
+    limits = Limits()
+    assert gpu_screen(DATA.joinpath("arithmetic.jpg").read_bytes(), "RGB", limits)[0] \
+        == "arithmetic"
+    assert gpu_screen(DATA.joinpath("huffman.jpg").read_bytes(), "RGB", limits)[0] is None
+    for marker, coding in ((0xC1, None), (0xC3, "lossless"), (0xC9, "arithmetic"),
+                           (0xCB, "lossless"), (0xCD, "arithmetic")):
+        assert gpu_screen(with_frame_marker(solid(50), marker), "RGB", limits)[0] == coding
+    thumbnail = with_frame_marker(solid(90, size=(8, 8)), 0xC9)
+    assert gpu_screen(with_exif_thumbnail(solid(50), thumbnail), "RGB", limits)[0] is None
+
+
 def test_packer_packs_bytes_and_decodes_the_rest_on_the_cpu():
     layout = batch_layout(4, (8, 8, 3), arena_bytes=3000)
     batch = views_of(bytearray(layout.nbytes), layout)
@@ -106,6 +131,14 @@ def test_a_slot_holds_more_than_the_archives_mean_member_within_bounds():
     assert arena_per_image(3_300_000, room=3 << 20) == 3 << 20
     assert arena_per_image(3_300_000, room=100 << 10) == ARENA_MAX_PER_IMAGE  # never below it
     assert arena_per_image(100_000, room=8 << 20) == ARENA_PER_IMAGE  # room is not a floor
+
+
+def test_a_gpu_decoding_loader_starts_8_packers_or_a_multiple_of_8_that_may_decode():
+    """Packers only pack: at most 8 (fewer cost phone photos their rate, more add buffers);
+    where they may decode too (the trial, cpu_large), the CPU path's count rounded up to 8s,
+    so that 8 readers feed them evenly."""
+    assert [gpu_packers(w, decodes_too=False) for w in (1, 3, 8, 15, 31)] == [1, 3, 8, 8, 8]
+    assert [gpu_packers(w, decodes_too=True) for w in (1, 8, 15, 31)] == [8, 8, 16, 32]
 
 
 def test_the_room_a_slot_may_take_is_a_share_of_memory_split_among_slots_and_ranks(monkeypatch):
@@ -866,6 +899,90 @@ def test_cuda_decode_train_labels_pixels_and_fallbacks(tmp_path, monkeypatch, sw
                          "not_jpeg": 1}
 
 
+def camera_archive(tmp_path) -> tuple[str, int]:
+    """Each kind of camera JPEG that this Pillow writes (conftest.camera_jpeg) in each of 3
+    classes, twice, its main frame the class's gray level and the part a wrong decode would
+    take (second frame, thumbnail) another class's; with plain JPEGs beside them. The path
+    and the image count."""
+    files = labeled_files(3, 2)
+    for k in range(3):
+        main = Image.new("RGB", (96 + 8 * k, 64), (class_level(k),) * 3)
+        other = Image.new("RGB", (48, 32), (class_level(k + 4),) * 3)
+        files += [(f"t/c{k:02d}/{kind}{i}.jpg", camera_jpeg(kind, main, other))
+                  for kind in camera_kinds_here() for i in range(2)]
+    return write_archive(tmp_path / "camera.tgz", files), len(files)
+
+
+def test_camera_jpegs_are_screened_for_the_gpu_by_their_main_frame():
+    """Multi-picture files, EXIF thumbnails and restart markers are baseline JPEGs the GPU
+    decoders take: the screen passes them with the main frame's size, not the other's."""
+    main, other = Image.new("RGB", (300, 200), (90,) * 3), Image.new("RGB", (48, 32), (200,) * 3)
+    for kind in camera_kinds_here():
+        screen = gpu_screen(camera_jpeg(kind, main, other), "RGB", Limits())
+        assert screen.refused is None and screen.size == (300, 200), kind
+
+
+def test_camera_jpegs_decode_to_their_main_frame_on_the_cpu(tmp_path):
+    """The CPU path decodes the main frame of each: every image its label's level."""
+    path, count = camera_archive(tmp_path)
+    with ImageLoader(path, batch_size=8, size=32, device="cpu", decode="cpu", workers=2,
+                     normalize=False, train=False) as loader:
+        pairs = list(loader)
+        assert sum(len(y) for _, y in pairs) == count
+        assert_labels_match_pixels(torch.cat([x for x, _ in pairs]),
+                                   torch.cat([y for _, y in pairs]))
+        assert not loader.stats.skipped
+
+
+def coded_archive(tmp_path) -> str:
+    """libjpeg-turbo's photo Huffman-coded and arithmetic-coded (tests/data), in two classes,
+    with plain JPEGs."""
+    coded = [(f"t/c0{k}/{name}.jpg", DATA.joinpath(f"{name}.jpg").read_bytes())
+             for k, name in enumerate(("huffman", "arithmetic"))]
+    files = labeled_files(2, 3) + coded
+    return write_archive(tmp_path / "coded.tgz", files)
+
+
+def evaluation_batch(path, decode, device) -> torch.Tensor:
+    with ImageLoader(path, batch_size=8, size=64, device=device, decode=decode, workers=2,
+                     normalize=False, train=False) as loader:
+        (images, labels), = [(x.cpu(), y.cpu()) for x, y in loader]
+        if decode == "cuda":
+            assert loader.stats.fallbacks == {"gpu_decoded": 7, "arithmetic": 1}
+    assert labels.tolist() == [0, 0, 0, 1, 1, 1, 0, 1]
+    return images
+
+
+def test_an_arithmetic_coded_jpeg_decodes_on_the_cpu_path(tmp_path):
+    """The photo both ways through the CPU path: the same picture (their quantization
+    differs a little), not skipped."""
+    images = evaluation_batch(coded_archive(tmp_path), "cpu", "cpu")
+    huffman, arithmetic = images[6].int(), images[7].int()
+    assert (huffman - arithmetic).abs().float().mean() < 2.0
+    assert huffman.float().std() > 30  # a photo, not a gray field
+
+
+@cuda
+def test_an_arithmetic_coded_jpeg_goes_to_the_packers_and_matches_the_cpu_path(tmp_path):
+    """On the GPU path the packers decode it (counted under "arithmetic"), to the CPU path's
+    pixels exactly; its Huffman twin is GPU-decoded, within the decoders' tolerance."""
+    path = coded_archive(tmp_path)
+    on_gpu, on_cpu = evaluation_batch(path, "cuda", "cuda"), evaluation_batch(path, "cpu", "cpu")
+    assert torch.equal(on_gpu[7], on_cpu[7])
+    assert (on_gpu[6].int() - on_cpu[6].int()).abs().float().mean() <= 4.0
+
+
+@cuda
+def test_camera_jpegs_decode_to_their_main_frame_on_the_gpu(tmp_path):
+    """The GPU decoders take the main frame of each, none left to the packers."""
+    path, count = camera_archive(tmp_path)
+    with cuda_loader(path, "cuda") as loader:
+        pairs = [(x.cpu(), y.cpu()) for x, y in loader]
+        assert_labels_match_pixels(torch.cat([x for x, _ in pairs]),
+                                   torch.cat([y for _, y in pairs]), tolerance=8)
+        assert loader.stats.fallbacks == {"gpu_decoded": count}
+
+
 @cuda
 def test_a_loader_sends_jpegs_larger_than_the_old_arena_to_the_gpu_and_labels_them(tmp_path):
     """An archive of ~230 KB JPEGs (the arena held 192 KiB a slot): every one GPU-decoded,
@@ -1147,7 +1264,9 @@ def test_the_preferred_nvimgcodec_decoder_is_the_engines_probe_and_lanes_reuse_i
 
 def varied_jpegs() -> list[bytes]:
     """Photos as collections hold them: sizes from tiny to 5 MP, every chroma subsampling,
-    grayscale, EXIF orientations (a camera's portrait and upside-down shots, a mirror)."""
+    grayscale, EXIF orientations (a camera's portrait and upside-down shots, a mirror), and
+    what cameras and phones write besides: a multi-picture file, an EXIF thumbnail, restart
+    markers (conftest.camera_jpeg)."""
     specs = [((64, 48), 2, 1), ((500, 375), 2, 1), ((375, 500), 1, 1), ((333, 251), 0, 1),
              ((2600, 1950), 2, 1), ((1700, 2400), 0, 1), ((97, 301), 1, 1), ((250, 250), 2, 1),
              ((640, 427), 2, 6), ((480, 360), 2, 8), ((300, 200), 0, 3), ((427, 320), 1, 5)]
@@ -1157,6 +1276,10 @@ def varied_jpegs() -> list[bytes]:
         files.append(exif_oriented(image, orientation, quality=90, subsampling=subsampling))
     files.append(encode(Image.open(io.BytesIO(photo(99, (320, 240), fmt="PNG"))).convert("L"),
                         "JPEG"))
+    for seed, kind in enumerate(camera_kinds_here(), 100):
+        main = Image.open(io.BytesIO(photo(seed, (448, 336), fmt="PNG")))
+        other = Image.open(io.BytesIO(photo(seed + 10, (160, 120), fmt="PNG")))
+        files.append(camera_jpeg(kind, main, other))
     return files
 
 
