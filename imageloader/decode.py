@@ -449,15 +449,18 @@ def load_converted(img: Image.Image, mode: str, orientation: int | None = None) 
     return img
 
 
-# Start-of-frame markers of the codings nvJPEG does not decode (ITU T.81, table B.1).
+# Start-of-frame markers of the codings the JPEG engines refuse (ITU T.81, table B.1).
 _ARITHMETIC_FRAMES = frozenset({0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
 _LOSSLESS_FRAMES = frozenset({0xC3, 0xC7, 0xCB, 0xCF})
 
 
 def _frame_coding(data: bytes) -> str | None:
-    """"lossless" or "arithmetic" where the frame is coded so (Pillow opens both and its
-    libjpeg decodes them; nvJPEG takes Huffman-coded DCT frames only), else None. Walks the
-    segment headers from SOI to the first start-of-frame marker: a few reads, no pixels."""
+    """"lossless" or "arithmetic" where the frame is coded so, else None. The hardware JPEG
+    engines refuse an arithmetic-coded photo; nvImageCodec's other backends then decode it
+    inside the lane's call, which waits on their CPU thread, as for progressive ones (H200,
+    scripts/bench/results/2026-11-30-h200-camera). Pillow's libjpeg decodes both: the packers
+    take them, rare as they are. Walks the segment headers from SOI to the first
+    start-of-frame marker: a few reads, no pixels."""
     at = 2
     while at + 4 <= len(data):
         if data[at] != 0xFF:

@@ -90,10 +90,10 @@ def with_frame_marker(jpeg: bytes, marker: int) -> bytes:
 
 
 def test_screening_leaves_arithmetic_and_lossless_jpegs_to_the_cpu():
-    """nvJPEG decodes Huffman-coded DCT frames only; Pillow's libjpeg decodes the others, so
-    the packers get them: a real arithmetic-coded photo (libjpeg-turbo's, tests/data), and
-    the start-of-frame marker of each such coding. An EXIF thumbnail's frame (inside APP1)
-    is not the image's."""
+    """The JPEG engines take Huffman-coded DCT frames only; Pillow's libjpeg decodes the
+    others, so the packers get them: a real arithmetic-coded photo (libjpeg-turbo's,
+    tests/data), and the start-of-frame marker of each such coding. An EXIF thumbnail's frame
+    (inside APP1) is not the image's."""
     limits = Limits()
     assert gpu_screen(DATA.joinpath("arithmetic.jpg").read_bytes(), "RGB", limits)[0] \
         == "arithmetic"
