@@ -469,6 +469,9 @@ def _frame_coding(data: bytes) -> str | None:
         if marker == 0xFF:  # fill byte
             at += 1
             continue
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # TEM, RSTn, SOI: no length follows
+            at += 2
+            continue
         if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
             if marker in _LOSSLESS_FRAMES:
                 return "lossless"

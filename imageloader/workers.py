@@ -124,7 +124,7 @@ def _chain_members(archives, skipped, stats, plan: ReadPlan, opened: dict | None
         given = plan.copy_of.get(path) if isinstance(path, str) else None
         members = iter_members(archive, skipped=skipped, limits=plan.limits,
                                inflate=plan.inflate, threads=plan.inflate_threads, opened=opened)
-        for member in (members if given is None else _as_given(members, given, path)):
+        for member in (members if given is None else _as_given(members, given)):
             stats["bytes"] = stats.get("bytes", 0) + len(member.data)
             if far:  # bytes fetched, requests and retries of this reader in this epoch
                 stats["remote"] = remote.counted_since(before)
@@ -133,7 +133,7 @@ def _chain_members(archives, skipped, stats, plan: ReadPlan, opened: dict | None
             stats["remote"] = remote.counted_since(before)
 
 
-def _as_given(members, archive: str, copy: str):
+def _as_given(members, archive: str):
     """Members read from a plain copy, named as members of the archive the user gave: a
     sample's error, a skip, an unknown label then point at a file they know."""
     try:

@@ -101,6 +101,10 @@ def test_screening_leaves_arithmetic_and_lossless_jpegs_to_the_cpu():
     for marker, coding in ((0xC1, None), (0xC3, "lossless"), (0xC9, "arithmetic"),
                            (0xCB, "lossless"), (0xCD, "arithmetic")):
         assert gpu_screen(with_frame_marker(solid(50), marker), "RGB", limits)[0] == coding
+    arithmetic = with_frame_marker(solid(50), 0xC9)
+    at = arithmetic.index(b"\xff\xc9")  # a marker with no length before the frame's
+    assert gpu_screen(arithmetic[:at] + b"\xff\x01" + arithmetic[at:], "RGB", limits)[0] \
+        == "arithmetic"
     thumbnail = with_frame_marker(solid(90, size=(8, 8)), 0xC9)
     assert gpu_screen(with_exif_thumbnail(solid(50), thumbnail), "RGB", limits)[0] is None
 
