@@ -278,6 +278,8 @@ def gpu_screen(data: bytes, mode: str, limits: Limits, progressive_pixels: int =
         return Screen("size", img.size)
     if img.mode not in ("RGB", "L"):
         return Screen("color_" + img.mode.lower(), img.size)
+    if img.mode == "RGB" and _stored_as_rgb(img):
+        return Screen("color_rgb", img.size)
     progressive = bool(img.info.get("progressive") or img.info.get("progression"))
     if progressive and width * height >= progressive_pixels:
         return Screen("progressive", img.size, progressive=True)
@@ -447,6 +449,19 @@ def load_converted(img: Image.Image, mode: str, orientation: int | None = None) 
     if img.mode != mode:
         img = img.convert(mode)
     return img
+
+
+def _stored_as_rgb(img: Image.Image) -> bool:
+    """Whether a 3-component JPEG stores R, G and B rather than YCbCr, by libjpeg's rule
+    (jdapimin.c): a JFIF marker means YCbCr; else an Adobe marker's transform 0 means RGB;
+    else components named 'R', 'G', 'B' do. Pillow decodes both; the GPU decoders are given
+    only YCbCr, whose conversion they do (an RGB-coded file read as YCbCr would give wrong
+    colours, not an error), so the packers decode these rare files."""
+    if "jfif" in img.info:
+        return False
+    if "adobe" in img.info:
+        return img.info.get("adobe_transform") == 0
+    return [layer[0] for layer in getattr(img, "layer", ())] == [82, 71, 66]
 
 
 # Start-of-frame markers of the codings the JPEG engines refuse (ITU T.81, table B.1).

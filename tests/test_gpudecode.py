@@ -109,6 +109,31 @@ def test_screening_leaves_arithmetic_and_lossless_jpegs_to_the_cpu():
     assert gpu_screen(with_exif_thumbnail(solid(50), thumbnail), "RGB", limits)[0] is None
 
 
+def rgb_coded_jpeg(image: Image.Image) -> bytes:
+    """`image` stored as R, G, B components (an Adobe marker with transform 0), as Pillow
+    writes with keep_rgb (Pillow >= 10.2; a skip before)."""
+    data = encode(image, "JPEG", keep_rgb=True)
+    if Image.open(io.BytesIO(data)).info.get("adobe_transform") != 0:
+        pytest.skip("this Pillow writes no RGB-coded JPEGs (keep_rgb)")
+    return data
+
+
+def test_screening_leaves_rgb_coded_jpegs_to_the_cpu():
+    """A JPEG storing R, G, B instead of YCbCr (libjpeg's rule: an Adobe marker's transform
+    0, or components named R, G, B without JFIF or Adobe markers) goes to the packers: a GPU
+    decoder converting it as YCbCr would give wrong colours silently. Plain JPEGs do not."""
+    image = Image.open(io.BytesIO(photo(4, (80, 64), fmt="PNG")))
+    limits = Limits()
+    adobe = rgb_coded_jpeg(image)
+    assert gpu_screen(adobe, "RGB", limits)[0] == "color_rgb"
+    at = adobe.index(b"\xff\xee")  # the Adobe segment becomes a comment: the names decide
+    named = adobe[:at] + b"\xff\xfe" + adobe[at + 2:]
+    assert "adobe" not in Image.open(io.BytesIO(named)).info
+    assert gpu_screen(named, "RGB", limits)[0] == "color_rgb"
+    assert gpu_screen(encode(image, "JPEG"), "RGB", limits)[0] is None
+    assert gpu_screen(encode(image, "JPEG", subsampling=0), "RGB", limits)[0] is None
+
+
 def test_packer_packs_bytes_and_decodes_the_rest_on_the_cpu():
     layout = batch_layout(4, (8, 8, 3), arena_bytes=3000)
     batch = views_of(bytearray(layout.nbytes), layout)
@@ -974,6 +999,36 @@ def test_an_arithmetic_coded_jpeg_goes_to_the_packers_and_matches_the_cpu_path(t
     on_gpu, on_cpu = evaluation_batch(path, "cuda", "cuda"), evaluation_batch(path, "cpu", "cpu")
     assert torch.equal(on_gpu[7], on_cpu[7])
     assert (on_gpu[6].int() - on_cpu[6].int()).abs().float().mean() <= 4.0
+
+
+RGB_COLOUR = (200, 40, 90)
+
+
+def rgb_coded_batch(tmp_path, decode: str, device: str) -> torch.Tensor:
+    """An RGB-coded JPEG of RGB_COLOUR after 6 plain ones, through a loader: the batch."""
+    files = labeled_files(2, 3) + [("t/c00/rgb.jpg", rgb_coded_jpeg(
+        Image.new("RGB", (64, 48), RGB_COLOUR)))]
+    path = write_archive(tmp_path / f"rgb-{decode}.tgz", files)
+    with ImageLoader(path, batch_size=8, size=32, device=device, decode=decode, workers=2,
+                     normalize=False, train=False) as loader:
+        (images, labels), = [(x.cpu(), y.cpu()) for x, y in loader]
+        if decode == "cuda":
+            assert loader.stats.fallbacks == {"gpu_decoded": 6, "color_rgb": 1}
+    colour = images[6].float().mean(dim=(1, 2))
+    assert (colour - torch.tensor(RGB_COLOUR, dtype=torch.float)).abs().max() <= 4
+    return images
+
+
+def test_an_rgb_coded_jpeg_keeps_its_colours_on_the_cpu_path(tmp_path):
+    rgb_coded_batch(tmp_path, "cpu", "cpu")
+
+
+@cuda
+def test_an_rgb_coded_jpeg_goes_to_the_packers_and_keeps_its_colours(tmp_path):
+    """On the GPU path the packers decode it (counted under "color_rgb"), to the CPU path's
+    pixels exactly."""
+    assert torch.equal(rgb_coded_batch(tmp_path, "cuda", "cuda")[6],
+                       rgb_coded_batch(tmp_path, "cpu", "cpu")[6])
 
 
 @cuda
