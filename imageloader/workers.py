@@ -135,7 +135,7 @@ def _chain_members(archives, skipped, stats, plan: ReadPlan, opened: dict | None
 
 def _as_given(members, archive: str):
     """Members read from a plain copy, named as members of the archive the user gave: a
-    sample's error, a skip, an unknown label then point at a file they know."""
+    sample's error or an unknown label then points at a file they know."""
     try:
         for member in members:
             yield member._replace(archive=archive)

@@ -1,6 +1,7 @@
 """Small real archives built in fixtures: images whose pixels encode their class."""
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import os
@@ -50,6 +51,7 @@ def noisy_jpeg(level: int, seed: int, shape: tuple[int, int] = (500, 600)) -> by
 CAMERA_KINDS = ("mpo", "thumbnail", "restarts")
 
 
+@functools.cache
 def camera_kinds_here() -> tuple[str, ...]:
     """The kinds of camera_jpeg this Pillow writes: restart markers since Pillow 10.2."""
     probe = encode(Image.new("RGB", (32, 32)), "JPEG", restart_marker_blocks=1)

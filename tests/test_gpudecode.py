@@ -972,20 +972,28 @@ def coded_archive(tmp_path) -> str:
     return write_archive(tmp_path / "coded.tgz", files)
 
 
-def evaluation_batch(path, decode, device) -> torch.Tensor:
-    with ImageLoader(path, batch_size=8, size=64, device=device, decode=decode, workers=2,
+def evaluation_batch(path, decode: str, size: int) -> tuple[torch.Tensor, list, dict]:
+    """An archive of up to 8 images as one evaluation batch, decoded by `decode` (on CUDA with
+    "cuda"): its images and labels on the CPU, and the epoch's fallbacks."""
+    device = "cuda" if decode == "cuda" else "cpu"
+    with ImageLoader(path, batch_size=8, size=size, device=device, decode=decode, workers=2,
                      normalize=False, train=False) as loader:
         (images, labels), = [(x.cpu(), y.cpu()) for x, y in loader]
-        if decode == "cuda":
-            assert loader.stats.fallbacks == {"gpu_decoded": 7, "arithmetic": 1}
-    assert labels.tolist() == [0, 0, 0, 1, 1, 1, 0, 1]
+        return images, labels.tolist(), dict(loader.stats.fallbacks)
+
+
+def coded_batch(path, decode: str) -> torch.Tensor:
+    images, labels, fallbacks = evaluation_batch(path, decode, 64)
+    if decode == "cuda":
+        assert fallbacks == {"gpu_decoded": 7, "arithmetic": 1}
+    assert labels == [0, 0, 0, 1, 1, 1, 0, 1]
     return images
 
 
 def test_an_arithmetic_coded_jpeg_decodes_on_the_cpu_path(tmp_path):
     """The photo both ways through the CPU path: the same picture (their quantization
     differs a little), not skipped."""
-    images = evaluation_batch(coded_archive(tmp_path), "cpu", "cpu")
+    images = coded_batch(coded_archive(tmp_path), "cpu")
     huffman, arithmetic = images[6].int(), images[7].int()
     assert (huffman - arithmetic).abs().float().mean() < 2.0
     assert huffman.float().std() > 30  # a photo, not a gray field
@@ -996,7 +1004,7 @@ def test_an_arithmetic_coded_jpeg_goes_to_the_packers_and_matches_the_cpu_path(t
     """On the GPU path the packers decode it (counted under "arithmetic"), to the CPU path's
     pixels exactly; its Huffman twin is GPU-decoded, within the decoders' tolerance."""
     path = coded_archive(tmp_path)
-    on_gpu, on_cpu = evaluation_batch(path, "cuda", "cuda"), evaluation_batch(path, "cpu", "cpu")
+    on_gpu, on_cpu = coded_batch(path, "cuda"), coded_batch(path, "cpu")
     assert torch.equal(on_gpu[7], on_cpu[7])
     assert (on_gpu[6].int() - on_cpu[6].int()).abs().float().mean() <= 4.0
 
@@ -1004,31 +1012,29 @@ def test_an_arithmetic_coded_jpeg_goes_to_the_packers_and_matches_the_cpu_path(t
 RGB_COLOUR = (200, 40, 90)
 
 
-def rgb_coded_batch(tmp_path, decode: str, device: str) -> torch.Tensor:
+def rgb_coded_batch(tmp_path, decode: str) -> torch.Tensor:
     """An RGB-coded JPEG of RGB_COLOUR after 6 plain ones, through a loader: the batch."""
     files = labeled_files(2, 3) + [("t/c00/rgb.jpg", rgb_coded_jpeg(
         Image.new("RGB", (64, 48), RGB_COLOUR)))]
     path = write_archive(tmp_path / f"rgb-{decode}.tgz", files)
-    with ImageLoader(path, batch_size=8, size=32, device=device, decode=decode, workers=2,
-                     normalize=False, train=False) as loader:
-        (images, labels), = [(x.cpu(), y.cpu()) for x, y in loader]
-        if decode == "cuda":
-            assert loader.stats.fallbacks == {"gpu_decoded": 6, "color_rgb": 1}
+    images, _, fallbacks = evaluation_batch(path, decode, 32)
+    if decode == "cuda":
+        assert fallbacks == {"gpu_decoded": 6, "color_rgb": 1}
     colour = images[6].float().mean(dim=(1, 2))
     assert (colour - torch.tensor(RGB_COLOUR, dtype=torch.float)).abs().max() <= 4
     return images
 
 
 def test_an_rgb_coded_jpeg_keeps_its_colours_on_the_cpu_path(tmp_path):
-    rgb_coded_batch(tmp_path, "cpu", "cpu")
+    rgb_coded_batch(tmp_path, "cpu")
 
 
 @cuda
 def test_an_rgb_coded_jpeg_goes_to_the_packers_and_keeps_its_colours(tmp_path):
     """On the GPU path the packers decode it (counted under "color_rgb"), to the CPU path's
     pixels exactly."""
-    assert torch.equal(rgb_coded_batch(tmp_path, "cuda", "cuda")[6],
-                       rgb_coded_batch(tmp_path, "cpu", "cpu")[6])
+    assert torch.equal(rgb_coded_batch(tmp_path, "cuda")[6],
+                       rgb_coded_batch(tmp_path, "cpu")[6])
 
 
 @cuda
