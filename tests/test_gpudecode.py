@@ -1037,6 +1037,28 @@ def test_an_rgb_coded_jpeg_goes_to_the_packers_and_keeps_its_colours(tmp_path):
                        rgb_coded_batch(tmp_path, "cpu")[6])
 
 
+def cut_archive(tmp_path) -> str:
+    """Six whole JPEGs of 2 classes and two cut inside their scan (at 90% and 60% of their
+    bytes), headers whole, so that the packers' screen passes them to the GPU."""
+    whole = noisy_jpeg(class_level(1), 7, (64, 80))
+    cut = [("t/c01/cut90.jpg", whole[: len(whole) * 9 // 10]),
+           ("t/c00/cut60.jpg", whole[: len(whole) * 6 // 10])]
+    assert all(gpu_screen(data, "RGB", Limits())[0] is None for _, data in cut)
+    return write_archive(tmp_path / "cut.tgz", labeled_files(2, 3) + cut)
+
+
+@pytest.mark.parametrize("decode", ["cpu", pytest.param("cuda", marks=cuda)])
+def test_jpegs_cut_inside_their_scan_are_skipped_as_truncated_on_either_path(tmp_path, decode):
+    """What Pillow finds truncated the GPU path must not hand over half decoded: both paths
+    skip the cut JPEGs, count them, and give the whole ones."""
+    with pytest.warns(UserWarning, match=r"skipped 2 members .*\{'truncated': 2\}"):
+        images, labels, fallbacks = evaluation_batch(cut_archive(tmp_path), decode, 32)
+    assert labels == [0, 0, 0, 1, 1, 1]
+    assert_labels_match_pixels(images, torch.tensor(labels), tolerance=8)
+    if decode == "cuda":
+        assert fallbacks.get("gpu_decoded") == 6
+
+
 @cuda
 def test_camera_jpegs_decode_to_their_main_frame_on_the_gpu(tmp_path):
     """The GPU decoders take the main frame of each, none left to the packers."""

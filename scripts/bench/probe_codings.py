@@ -1,0 +1,160 @@
+"""What each GPU JPEG decoder makes of the JPEGs the packers' screen treats specially, asked
+directly with the screen bypassed, against Pillow's pixels (needs CUDA; decoders that are not
+installed are left out).
+
+    python scripts/bench/probe_codings.py --out codings.json
+
+Cases: a plain 4:2:0 photo (the yardstick); RGB-coded (an Adobe marker's transform 0, and the
+same file with that segment made a comment, so that the component names R, G, B decide);
+libjpeg-turbo's arithmetic-coded test image and its Huffman twin (tests/data); a photo cut at
+90% and at 50% of its bytes, without its end-of-image marker only, and with 64 bytes in the
+middle of its scan overwritten. For each case: what `decode.gpu_screen` says, what Pillow does
+(as the CPU path decodes: `decode.py` skips what raises), and per decoder, alone and as one
+image in a batch of 7 plain ones: decoded (the mean absolute difference from Pillow's pixels
+where Pillow decodes it, or from the uncut photo's), refused (None) or raised. The batch shows
+whether one bad JPEG spoils its neighbours.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from imageloader import gpujpeg  # noqa: E402
+from imageloader.decode import Limits, gpu_screen  # noqa: E402
+
+NEIGHBOURS = 7
+
+
+def get_args_parser():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", help="write the results as JSON here")
+    return p
+
+
+def jpeg(image: Image.Image, **kwargs) -> bytes:
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=90, **kwargs)
+    return out.getvalue()
+
+
+def textured(seed: int, size=(640, 480)) -> Image.Image:
+    rng = np.random.default_rng(seed)
+    small = rng.integers(0, 256, (size[1] // 16, size[0] // 16, 3), dtype=np.uint8)
+    return Image.fromarray(small).resize(size, Image.BICUBIC)
+
+
+def scan_start(data: bytes) -> int:
+    """Where the entropy-coded data begins: after the start-of-scan segment."""
+    at = data.index(b"\xff\xda")
+    return at + 2 + int.from_bytes(data[at + 2:at + 4], "big")
+
+
+def cases() -> dict[str, tuple[bytes, bytes | None]]:
+    """name: (the JPEG, the intact JPEG whose pixels a damaged one is compared with)."""
+    plain = jpeg(textured(1))
+    out = {"plain 4:2:0": (plain, None)}
+    adobe = jpeg(textured(2), keep_rgb=True)
+    if Image.open(io.BytesIO(adobe)).info.get("adobe_transform") == 0:  # Pillow >= 10.2
+        at = adobe.index(b"\xff\xee")
+        out["RGB-coded, Adobe transform 0"] = (adobe, None)
+        out["RGB-coded, components R G B"] = (adobe[:at] + b"\xff\xfe" + adobe[at + 2:], None)
+    for name in ("huffman", "arithmetic"):
+        out[f"libjpeg-turbo {name}"] = ((ROOT / "tests" / "data" / f"{name}.jpg").read_bytes(),
+                                        None)
+    start = scan_start(plain)
+    out["cut at 90%"] = (plain[:len(plain) * 9 // 10], plain)
+    out["cut at 50%"] = (plain[:len(plain) // 2], plain)
+    out["no end-of-image marker"] = (plain[:-2], plain)
+    middle = (start + len(plain)) // 2
+    noise = bytes(np.random.default_rng(3).integers(0, 255, 64, dtype=np.uint8))  # no 0xff
+    out["64 scan bytes overwritten"] = (plain[:middle] + noise + plain[middle + 64:], plain)
+    return out
+
+
+def pillow(data: bytes) -> tuple[np.ndarray | None, str]:
+    """(H, W, 3) pixels and "decoded", or None and what Pillow raised."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return np.asarray(image.convert("RGB")), "decoded"
+    except Exception as error:  # noqa: BLE001 - reported, as the CPU path would skip it
+        return None, f"raised {type(error).__name__}: {str(error)[:80]}"
+
+
+def decoders(device: torch.device) -> dict:
+    """name: a decoder, for each one that builds here."""
+    makers = {f"nvimgcodec {engine}": (lambda e=engine: gpujpeg.NvImageCodecJpeg(
+        device, "RGB", engine=e)) for engine in ("hw", "cuda", "hybrid", "all")}
+    makers["torchvision"] = lambda: gpujpeg.TorchvisionJpeg(device, "RGB")
+    makers["torchcodec"] = lambda: gpujpeg.TorchCodecJpeg(device, "RGB")
+    out = {}
+    for name, make in makers.items():
+        try:
+            out[name] = make()
+        except Exception as error:  # noqa: BLE001 - that decoder is not here
+            print(f"{name}: not here ({type(error).__name__}: {str(error)[:80]})")
+    return out
+
+
+def difference(image, reference: np.ndarray | None) -> float | None:
+    if image is None or reference is None:
+        return None
+    pixels = torch.as_tensor(image, device="cuda").permute(1, 2, 0).cpu().numpy()
+    if pixels.shape != reference.shape:
+        return float("nan")
+    return round(float(np.abs(pixels.astype(int) - reference.astype(int)).mean()), 2)
+
+
+def outcome(decoder, datas: list[bytes], at: int, reference) -> dict:
+    """What `decoder` gives for datas[at] (and whether the others came back) in one call."""
+    arrays = [np.frombuffer(d, np.uint8).copy() for d in datas]
+    try:
+        images = decoder.decode(arrays, fresh=True)
+        torch.cuda.synchronize()
+    except Exception as error:  # noqa: BLE001 - what the call raised is the answer
+        return {"result": f"raised {type(error).__name__}: {str(error)[:100]}"}
+    image = images[at]
+    others = sum(x is not None for i, x in enumerate(images) if i != at)
+    return {"result": "refused (None)" if image is None else "decoded",
+            "mean_abs_diff": difference(image, reference),
+            **({"others_decoded": f"{others}/{len(datas) - 1}"} if len(datas) > 1 else {})}
+
+
+def main(args) -> None:
+    device = torch.device("cuda")
+    here = decoders(device)
+    neighbours = [jpeg(textured(10 + i, (320, 240))) for i in range(NEIGHBOURS)]
+    report = {}
+    for name, (data, intact) in cases().items():
+        pixels, said = pillow(data)
+        reference = pixels if pixels is not None else pillow(intact)[0] if intact else None
+        if intact is not None and pixels is not None:  # how far Pillow's own decode strays
+            said += f", mean abs diff from the intact photo {difference_np(pixels, intact)}"
+        row = {"screen": gpu_screen(data, "RGB", Limits())[0] or "to the GPU", "pillow": said}
+        for dname, decoder in here.items():
+            row[dname] = {"alone": outcome(decoder, [data], 0, reference),
+                          "in a batch": outcome(decoder, neighbours[:3] + [data] + neighbours[3:],
+                                                3, reference)}
+        report[name] = row
+        print(f"\n{name}: screen {row['screen']}; Pillow {said}")
+        for dname in here:
+            print(f"  {dname:18} alone {row[dname]['alone']}  in a batch {row[dname]['in a batch']}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1))
+
+
+def difference_np(pixels: np.ndarray, intact: bytes) -> float:
+    whole = pillow(intact)[0]
+    return round(float(np.abs(pixels.astype(int) - whole.astype(int)).mean()), 2)
+
+
+if __name__ == "__main__":
+    main(get_args_parser().parse_args())
