@@ -19,7 +19,7 @@ import time
 import warnings
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 from PIL import Image, ImageOps, JpegImagePlugin, UnidentifiedImageError
@@ -288,6 +288,8 @@ def gpu_screen(data: bytes, mode: str, limits: Limits, progressive_pixels: int =
     coding = _frame_coding(data)
     if coding is not None:
         return Screen(coding, img.size)
+    if _ends_early(data):
+        return Screen("no_end_marker", img.size)
     orientation = _orientation(img)  # outside 1-8: upright, as exif_transpose leaves it
     orientation = orientation if 1 <= orientation <= 8 else 1
     return Screen(None, img.size, orientation, _upright_size(img, orientation), progressive)
@@ -467,19 +469,16 @@ def _stored_as_rgb(img: Image.Image) -> bool:
 # Start-of-frame markers of the codings the JPEG engines refuse (ITU T.81, table B.1).
 _ARITHMETIC_FRAMES = frozenset({0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
 _LOSSLESS_FRAMES = frozenset({0xC3, 0xC7, 0xCB, 0xCF})
+_FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # not DHT, JPG, DAC
+_END_OF_IMAGE = b"\xff\xd9"
 
 
-def _frame_coding(data: bytes) -> str | None:
-    """"lossless" or "arithmetic" where the frame is coded so, else None. The hardware JPEG
-    engines refuse an arithmetic-coded photo; nvImageCodec's other backends then decode it
-    inside the lane's call, which waits on their CPU thread, as for progressive ones (H200,
-    scripts/bench/results/2026-11-30-h200-camera). Pillow's libjpeg decodes both: the packers
-    take them, rare as they are. Walks the segment headers from SOI to the first
-    start-of-frame marker: a few reads, no pixels."""
+def _markers(data: bytes) -> Iterator[tuple[int, int]]:
+    """(marker, where its segment ends) for each marker segment from SOI to the first
+    start-of-scan marker (whose segment ends where the scan's coded data begins): a few reads,
+    no pixels. Stops where no marker is where one belongs (Pillow's parser judged the rest)."""
     at = 2
-    while at + 4 <= len(data):
-        if data[at] != 0xFF:
-            return None  # not a marker where one belongs: Pillow's parser judged the rest
+    while at + 4 <= len(data) and data[at] == 0xFF:
         marker = data[at + 1]
         if marker == 0xFF:  # fill byte
             at += 1
@@ -487,12 +486,40 @@ def _frame_coding(data: bytes) -> str | None:
         if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # TEM, RSTn, SOI: no length follows
             at += 2
             continue
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            if marker in _LOSSLESS_FRAMES:
-                return "lossless"
-            return "arithmetic" if marker in _ARITHMETIC_FRAMES else None
         at += 2 + int.from_bytes(data[at + 2:at + 4], "big")
+        yield marker, at
+        if marker == 0xDA:
+            return
+
+
+def _frame_coding(data: bytes) -> str | None:
+    """"lossless" or "arithmetic" where the frame is coded so, else None. The hardware JPEG
+    engines refuse an arithmetic-coded photo; nvImageCodec's other backends then decode it
+    inside the lane's call, which waits on their CPU thread, as for progressive ones (H200,
+    scripts/bench/results/2026-11-30-h200-camera). Pillow's libjpeg decodes both: the packers
+    take them, rare as they are."""
+    for marker, _ in _markers(data):
+        if marker in _LOSSLESS_FRAMES:
+            return "lossless"
+        if marker in _ARITHMETIC_FRAMES:
+            return "arithmetic"
+        if marker in _FRAMES:
+            return None
     return None
+
+
+def _ends_early(data: bytes) -> bool:
+    """Whether a JPEG has no end-of-image marker after its first scan's coded data: a file cut
+    short. Pillow refuses it as truncated, while every GPU decoder hands back an image whose
+    rows past the cut are gray or another image's (probe_codings.py; H200,
+    scripts/bench/results/2026-11-30-h200-codings), so the packers take it and the CPU path's
+    judgement holds on either path. Almost every JPEG simply ends with the marker. Coded data
+    holds no 0xFF 0xD9 (a 0xFF there is followed by 0 or a restart marker), so otherwise the
+    first after the scan is the end, whatever follows it (a phone's trailer, padding)."""
+    if data.endswith(_END_OF_IMAGE):
+        return False
+    scan = next((at for marker, at in _markers(data) if marker == 0xDA), 0)
+    return scan > 0 and data.find(_END_OF_IMAGE, scan) < 0
 
 
 def _orientation(img: Image.Image) -> int:

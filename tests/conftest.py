@@ -40,6 +40,14 @@ def photo(seed: int, size=(64, 48), fmt="JPEG") -> bytes:
     return encode(Image.fromarray(small).resize(size, Image.BICUBIC), fmt)
 
 
+def bogus_huffman_jpeg(data: bytes) -> bytes:
+    """`data` (a JPEG) with its first Huffman table's code counts made impossible: Pillow opens
+    its headers (it skips the tables) and the packers' screen passes it, libjpeg refuses it
+    when decoding ("broken data stream")."""
+    at = data.index(b"\xff\xc4")
+    return data[:at + 5] + bytes([255] * 16) + data[at + 21:]
+
+
 def noisy_jpeg(level: int, seed: int, shape: tuple[int, int] = (500, 600)) -> bytes:
     """~230-290 KB at the default (height, width), ~0.85 bytes a pixel: a photo of higher
     quality than the benchmarks' (110 KB a photo), its mean gray level still `level` (20-235)."""

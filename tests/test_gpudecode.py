@@ -17,9 +17,9 @@ import pytest
 import torch
 from PIL import Image, ImageOps
 
-from conftest import (Clock, assert_labels_match_pixels, camera_jpeg, camera_kinds_here,
-                      class_level, encode, labeled_files, noisy_jpeg, photo, solid,
-                      with_exif_thumbnail, write_archive)
+from conftest import (Clock, assert_labels_match_pixels, bogus_huffman_jpeg, camera_jpeg,
+                      camera_kinds_here, class_level, encode, labeled_files, noisy_jpeg, photo,
+                      solid, with_exif_thumbnail, write_archive)
 from imageloader import ImageLoader, Options, gpucrop
 from imageloader.batch import FALLBACK, batch_layout, views_of
 from imageloader.decode import (GPU_PROGRESSIVE, Augment, Decoder, JpegPacker,
@@ -107,6 +107,24 @@ def test_screening_leaves_arithmetic_and_lossless_jpegs_to_the_cpu():
     assert _frame_coding(arithmetic[:at] + b"\xff\x01" + arithmetic[at:]) == "arithmetic"
     thumbnail = with_frame_marker(solid(90, size=(8, 8)), 0xC9)
     assert gpu_screen(with_exif_thumbnail(solid(50), thumbnail), "RGB", limits)[0] is None
+
+
+def test_screening_leaves_jpegs_cut_short_to_the_cpu():
+    """A JPEG with no end-of-image marker after its scan was cut short: the GPU decoders
+    would fill what is missing with gray or stale rows, Pillow calls it truncated, so the
+    packers take it. What may follow a whole JPEG (a trailer, padding, a second frame) and a
+    cut one's EXIF thumbnail (whose end marker is before the scan) do not fool the check."""
+    limits = Limits()
+    whole = noisy_jpeg(class_level(1), 7, (64, 80))
+    assert gpu_screen(whole, "RGB", limits)[0] is None
+    for cut in (whole[:-2], whole[: len(whole) * 9 // 10], whole[: len(whole) // 2]):
+        assert gpu_screen(cut, "RGB", limits)[0] == "no_end_marker"
+    for after in (bytes(300), b"SEFH" + os.urandom(2000).replace(b"\xff\xd9", b"") + b"SEFT",
+                  solid(60)):
+        assert gpu_screen(whole + after, "RGB", limits)[0] is None
+    with_thumbnail = with_exif_thumbnail(whole, solid(90, size=(8, 8)))
+    assert gpu_screen(with_thumbnail, "RGB", limits)[0] is None
+    assert gpu_screen(with_thumbnail[:-100], "RGB", limits)[0] == "no_end_marker"
 
 
 def rgb_coded_jpeg(image: Image.Image) -> bytes:
@@ -335,8 +353,8 @@ def test_a_probe_times_the_cpu_path_on_images_it_still_packs_for_the_gpu():
     timed, nor is a packer's first probe (a warm-up) or one the CPU cannot decode (the GPU's
     lane reports it). The time is the packer's CPU time."""
     layout = batch_layout(5, (8, 8, 3), arena_bytes=1 << 16)
-    cut = photo(4)[:956]  # its headers pass the screen, its data is half there
-    jpegs = [solid(60), solid(70, fmt="PNG"), photo(3), cut, photo(5)]
+    bad = bogus_huffman_jpeg(photo(4))  # its headers pass the screen, Pillow refuses it
+    jpegs = [solid(60), solid(70, fmt="PNG"), photo(3), bad, photo(5)]
 
     def pack(probes):
         batch = views_of(bytearray(layout.nbytes), layout)
@@ -349,8 +367,8 @@ def test_a_probe_times_the_cpu_path_on_images_it_still_packs_for_the_gpu():
 
     plain, plain_counts = pack(0)
     assert plain.cpu_probe.tolist() == [0, 0, 0]
-    assert plain.lengths.tolist() == [len(jpegs[0]), 0, len(jpegs[2]), len(cut), len(jpegs[4])]
-    # A packer's first probe warms it up, untimed; the 4th packed JPEG is cut: not timed.
+    assert plain.lengths.tolist() == [len(jpegs[0]), 0, len(jpegs[2]), len(bad), len(jpegs[4])]
+    # A packer's first probe warms it up, untimed; the 4th packed JPEG is refused: not timed.
     for probes, timed in ((2, 1), (3, 1), (10, 2)):
         probed, counts = pack(probes)
         assert probed.cpu_probe[2] == timed and probed.cpu_probe[1] > 0, probes
@@ -1039,18 +1057,20 @@ def test_an_rgb_coded_jpeg_goes_to_the_packers_and_keeps_its_colours(tmp_path):
 
 def cut_archive(tmp_path) -> str:
     """Six whole JPEGs of 2 classes and two cut inside their scan (at 90% and 60% of their
-    bytes), headers whole, so that the packers' screen passes them to the GPU."""
+    bytes), headers whole: what the packers' screen passed to the GPU before it looked for
+    the end marker."""
     whole = noisy_jpeg(class_level(1), 7, (64, 80))
     cut = [("t/c01/cut90.jpg", whole[: len(whole) * 9 // 10]),
            ("t/c00/cut60.jpg", whole[: len(whole) * 6 // 10])]
-    assert all(gpu_screen(data, "RGB", Limits())[0] is None for _, data in cut)
+    assert all(gpu_screen(data, "RGB", Limits())[0] == "no_end_marker" for _, data in cut)
     return write_archive(tmp_path / "cut.tgz", labeled_files(2, 3) + cut)
 
 
 @pytest.mark.parametrize("decode", ["cpu", pytest.param("cuda", marks=cuda)])
 def test_jpegs_cut_inside_their_scan_are_skipped_as_truncated_on_either_path(tmp_path, decode):
     """What Pillow finds truncated the GPU path must not hand over half decoded: both paths
-    skip the cut JPEGs, count them, and give the whole ones."""
+    skip the cut JPEGs, count them, and give the whole ones. (Before the screen looked for
+    the end marker, the GPU path gave them: probe_codings.py.)"""
     with pytest.warns(UserWarning, match=r"skipped 2 members .*\{'truncated': 2\}"):
         images, labels, fallbacks = evaluation_batch(cut_archive(tmp_path), decode, 32)
     assert labels == [0, 0, 0, 1, 1, 1]
@@ -1674,29 +1694,30 @@ def test_auto_decode_sends_large_jpegs_to_the_cpu_only_for_a_gpu_bound_consumer(
 @pytest.mark.parametrize("workers", [0, 2])
 def test_drop_last_batches_stay_full_when_an_image_fails_both_decoders(tmp_path, monkeypatch,
                                                                        workers):
-    """A JPEG whose headers pass the packers' screen but whose data is cut: the GPU decoder
-    refuses it, Pillow too, and GpuDecode drops its row. Its batch once came out short
-    mid-epoch with drop_last=True (CUDA graphs and torch.compile need static shapes); now
-    the next rows fill it, in archive order (evaluation), and the image is counted."""
-    cut = photo(7, (64, 48))
-    cut = cut[: len(cut) // 2]
+    """A JPEG whose headers pass the packers' screen but whose Huffman table is bogus: the GPU
+    decoder refuses it (made sure of here), Pillow too, and GpuDecode drops its row. Its
+    batch once came out short mid-epoch with drop_last=True (CUDA graphs and torch.compile
+    need static shapes); now the next rows fill it, in archive order (evaluation), and the
+    image is counted."""
+    bad = bogus_huffman_jpeg(photo(7, (64, 48)))
+    assert gpu_screen(bad, "RGB", Limits())[0] is None
     files = labeled_files(3, 7)
-    files = files[:5] + [("t/c01/cut.jpg", cut)] + files[5:]
+    files = files[:5] + [("t/c01/bad.jpg", bad)] + files[5:]
     path = write_archive(tmp_path / "a.tgz", files)
     def refusing(decode):
-        def decode_all_but_the_cut_one(datas, **kw):
-            ok = [d for d in datas if len(d) != len(cut)]
+        def decode_all_but_the_bad_one(datas, **kw):
+            ok = [d for d in datas if len(d) != len(bad)]
             decoded = iter(decode(ok, **kw) if ok else [])
-            return [None if len(d) == len(cut) else next(decoded) for d in datas]
-        return decode_all_but_the_cut_one
+            return [None if len(d) == len(bad) else next(decoded) for d in datas]
+        return decode_all_but_the_bad_one
 
     def refusing_in_one_call(decode_at):  # the lanes' way where nvbatch builds
-        def all_but_the_cut_one(starts, lengths, **kw):
+        def all_but_the_bad_one(starts, lengths, **kw):
             batch = decode_at(starts, lengths, **kw)
             if batch is not None:
-                batch.done &= lengths != len(cut)
+                batch.done &= lengths != len(bad)
             return batch
-        return all_but_the_cut_one
+        return all_but_the_bad_one
 
     with cuda_loader(path, "cuda", drop_last=True, train=False, workers=workers) as loader:
         for lane in loader._gpu:
@@ -1709,7 +1730,7 @@ def test_drop_last_batches_stay_full_when_an_image_fails_both_decoders(tmp_path,
                 batches = [(x.cpu(), y.cpu()) for x, y in loader]
             assert [len(y) for _, y in batches] == [8, 8]
             labels = torch.cat([y for _, y in batches])
-            good = [int(name.split("/")[1][1:]) for name, _ in files if name != "t/c01/cut.jpg"]
+            good = [int(name.split("/")[1][1:]) for name, _ in files if name != "t/c01/bad.jpg"]
             assert labels.tolist() == good[:16]
             assert_labels_match_pixels(torch.cat([x for x, _ in batches]), labels, tolerance=8)
             assert sum(loader.stats.skipped.values()) == 1

@@ -7,12 +7,15 @@ installed are left out).
 Cases: a plain 4:2:0 photo (the yardstick); RGB-coded (an Adobe marker's transform 0, and the
 same file with that segment made a comment, so that the component names R, G, B decide);
 libjpeg-turbo's arithmetic-coded test image and its Huffman twin (tests/data); a photo cut at
-90% and at 50% of its bytes, without its end-of-image marker only, and with 64 bytes in the
-middle of its scan overwritten. For each case: what `decode.gpu_screen` says, what Pillow does
-(as the CPU path decodes: `decode.py` skips what raises), and per decoder, alone and as one
-image in a batch of 7 plain ones: decoded (the mean absolute difference from Pillow's pixels
-where Pillow decodes it, or from the uncut photo's), refused (None) or raised. The batch shows
-whether one bad JPEG spoils its neighbours.
+90% and at 50% of its bytes, without its end-of-image marker only, with 64 bytes in the middle
+of its scan overwritten, and with a Huffman table whose code counts are impossible. For each
+case: what `decode.gpu_screen` says, what Pillow does (as the CPU path decodes: `decode.py`
+skips what raises), and per decoder, alone and as one image in a batch of 7 plain ones:
+decoded (the mean absolute difference from Pillow's pixels where Pillow decodes it, or from
+the uncut photo's), refused (None) or raised. The batch shows whether one bad JPEG spoils its
+neighbours. The decoders keep their buffers between calls, so where one leaves rows unwritten
+they hold what an earlier call put there: a cut photo may then look nearer its whole decode
+than it is.
 """
 from __future__ import annotations
 
@@ -77,6 +80,8 @@ def cases() -> dict[str, tuple[bytes, bytes | None]]:
     middle = (start + len(plain)) // 2
     noise = bytes(np.random.default_rng(3).integers(0, 255, 64, dtype=np.uint8))  # no 0xff
     out["64 scan bytes overwritten"] = (plain[:middle] + noise + plain[middle + 64:], plain)
+    table = plain.index(b"\xff\xc4") + 5  # the first table's 16 code counts
+    out["bogus Huffman table"] = (plain[:table] + bytes([255] * 16) + plain[table + 16:], plain)
     return out
 
 
