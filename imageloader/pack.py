@@ -6,7 +6,8 @@
 Accepted folders:
 
     SRC/<class>/<file>           members: <prefix>/<class>/<file>  (prefix: SRC's folder name)
-    SRC/<split>/<class>/<file>   members: <split>/<class>/<file>   (prefix: none)
+    SRC/<split>/<class>/<file>   members: <split>/<class>/<file>   (prefix: none; one split:
+                                 a loader refuses images of two splits in one set)
 
 so packing `photos/train` gives the ImageNet layout `train/<class>/<file>`. Only regular image
 files are added (symlinks to files are followed); hidden files and folders (names starting with
@@ -26,6 +27,7 @@ import random
 import tarfile
 from typing import Iterable
 
+from .errors import SPLIT_NAMES
 from .read import IMAGE_EXTENSIONS
 
 log = logging.getLogger(__name__)
@@ -94,6 +96,12 @@ def image_files(src: str | os.PathLike) -> list[str]:
     if not images:
         raise ValueError(f"pack {src}: no images found (extensions "
                          f"{' '.join(sorted(IMAGE_EXTENSIONS))}); expected {LAYOUT}")
+    splits = sorted({p.split("/")[0] for p in images
+                     if p.count("/") == 2 and p.split("/")[0].lower() in SPLIT_NAMES})
+    if len(splits) > 1:  # the loader refuses such an archive (vocab._check_splits)
+        raise ValueError(f"pack {src}: holds {len(splits)} splits ({', '.join(splits)}); a "
+                         f"loader reads one split per archive, so pack each on its own "
+                         f"(pack {os.path.join(src, splits[0])} {splits[0]}.tgz)")
     return images
 
 

@@ -22,7 +22,7 @@ from collections import Counter
 from typing import BinaryIO, Iterable, Iterator, NamedTuple, Union
 
 from . import remote
-from .errors import ArchiveError, Limits, UnknownLabelError
+from .errors import SPLIT_NAMES, ArchiveError, Limits, UnknownLabelError
 
 Source = Union[str, os.PathLike, BinaryIO]
 IMAGE_EXTENSIONS = frozenset({
@@ -464,6 +464,13 @@ def classify(header: _Header, limits: Limits) -> tuple[str | None, str | None, s
     if len(parts) < 2:
         return None, "no_class_folder", name
     return parts[-2], None, name
+
+
+def split_folder(name: str) -> str | None:
+    """The folder above an image's class folder where its name says "split" (train, val, ...):
+    `imagenette2/train/n01440764/x.jpg` -> "train"; None for `cat/x.jpg` or `data/cat/x.jpg`."""
+    parts = name.split("/")
+    return parts[-3] if len(parts) >= 3 and parts[-3].lower() in SPLIT_NAMES else None
 
 
 def _readable_name(name: str) -> str:

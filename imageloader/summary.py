@@ -15,7 +15,7 @@ import numpy as np
 
 from .decode import ALLOWED_FORMATS, Augment, Decoder
 from .errors import ArchiveError, Limits, SampleError
-from .read import expand_sources, iter_members
+from .read import expand_sources, iter_members, split_folder
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -33,6 +33,7 @@ def summarize(archive: str, decode: bool = False, max_listed: int = 20) -> dict:
     `decode`, an image that does not decode is counted as skipped only, not as an image."""
     skipped: Counter = Counter()
     per_class: Counter = Counter()
+    per_split: Counter = Counter()
     sizes: list[int] = []
     bad: list[tuple[str, str]] = []
     decoder = Decoder(Augment.make(8, False), limits=Limits(), formats=ALLOWED_FORMATS)
@@ -49,11 +50,14 @@ def summarize(archive: str, decode: bool = False, max_listed: int = 20) -> dict:
                     continue
                 sizes.append(len(member.data))
             per_class[member.label] += 1
+            per_split[split_folder(member.name)] += 1
         error_text = None
     except ArchiveError as error:
         error_text = str(error)
     return {"archive": archive, "images": sum(per_class.values()), "classes": dict(
-        sorted(per_class.items())), "skipped": dict(sorted(skipped.items())),
+        sorted(per_class.items())), "splits": dict(sorted(
+            (split, n) for split, n in per_split.items() if split is not None)),
+        "skipped": dict(sorted(skipped.items())),
         "mean_bytes": float(np.mean(sizes)) if sizes else None, "bad_members": bad,
         "error": error_text}
 
@@ -67,6 +71,9 @@ def print_table(summary: dict) -> None:
               f"mean {np.mean(values):.1f}")
         shown = list(counts.items())[:10]
         print("  " + ", ".join(f"{k}: {v}" for k, v in shown) + (" ..." if len(counts) > 10 else ""))
+    if len(summary["splits"]) > 1:
+        print("  splits: " + ", ".join(f"{k}: {v}" for k, v in summary["splits"].items()) +
+              " (a loader reads one split: pack each on its own)")
     if summary["mean_bytes"]:
         print(f"  mean image size: {summary['mean_bytes'] / 1024:.1f} KiB")
     for reason, n in summary["skipped"].items():

@@ -5,7 +5,8 @@ Building it takes one streaming pass over member headers (no decoding, no extrac
 is written to `<archive>.classes.json` when the folder is writable and reused while the archive's
 size and modification time are unchanged (a remote archive's sidecar lives in a local cache
 folder and is reused while the object's size and version are: remote.py). The sidecar also
-stores images per class, which gives the loader its length without another pass.
+stores images per class, which gives the loader its length without another pass, and per split
+folder above the classes (train, val, ...): one loader refuses images of two splits.
 """
 from __future__ import annotations
 
@@ -20,11 +21,12 @@ from typing import Iterable, Mapping
 from . import remote
 from .errors import LAYOUT, PACK_HINT, SPLIT_NAMES, Limits, counted
 from .index import file_stamp, index_is_stale, recorder_for, regions_from
-from .read import IMAGE_EXTENSIONS, Region, Source, expand_sources, iter_members, source_name
+from .read import (IMAGE_EXTENSIONS, Region, Source, expand_sources, iter_members,
+                   source_name, split_folder)
 
 log = logging.getLogger(__name__)
 SIDECAR_SUFFIX = ".classes.json"
-_FORMAT = "imageloader.classes/2"  # 2: with regions (index.py)
+_FORMAT = "imageloader.classes/3"  # 2: with regions (index.py); 3: with splits
 
 
 class Vocabulary:
@@ -95,6 +97,7 @@ class Vocabulary:
             skipped = [scan.get("skipped", {}) for scan in scans]
             raise ValueError(_no_images_message(sources, skipped))
         _check_classes(sources, counts)
+        _check_splits(sources, scans)
         return cls(counts.keys(), counts)
 
 
@@ -132,6 +135,27 @@ def _check_classes(sources: list, counts: Mapping[str, int]) -> None:
         f"trained on it learns nothing. Members are read as {LAYOUT}: if the archive holds "
         f"several classes, each image must lie in its class's folder",
         stacklevel=4)  # the caller of ImageLoader(...), the usual way here
+
+
+def _check_splits(sources: list, scans: list[dict]) -> None:
+    """Images of two splits are a mistake: one loader would train on both, the split folders
+    being above the class folders (imagenette2/train/<class>/... and imagenette2/val/<class>/...
+    in one archive, or train and val archives in one glob), and a validation set mixed into
+    training raises no other error. A loader given its classes (vocab=) never gets here: the
+    way to read several splits on purpose."""
+    found: dict[str, list[str]] = {}
+    for source, scan in zip(sources, scans):
+        for split, images in scan.get("splits", {}).items():
+            found.setdefault(split, []).append(f"{counted(images, 'image')} in "
+                                               f"{source_name(source)}")
+    if len(found) > 1:
+        listed = "; ".join(f"{split}: {', '.join(where)}" for split, where in sorted(found.items()))
+        raise ValueError(
+            f"images of {len(found)} splits found ({listed}): one loader would read them all "
+            f"as one set, its classes being the folders below each split. Give each split its "
+            f"own archive (e.g. extract it and run python -m imageloader pack FOLDER/train "
+            f"train.tgz) and its own loader; to read them as one set on purpose (a last run on "
+            f"train and val), give the loader its classes: vocab=[...]")
 
 
 def as_vocabulary(vocab) -> Vocabulary | None:
@@ -186,11 +210,16 @@ def _scan(path: str, limits: Limits, inflate: str, write_sidecar: bool,
         return cached
     skipped: Counter = Counter()
     recorder = recorder_for(path, inflate) if write_sidecar else None
-    counts = Counter(m.label for m in iter_members(path, skipped=skipped, limits=limits,
-                                                   read_data=False, inflate=inflate,
-                                                   recorder=recorder, tee=tee))
+    counts, splits = Counter(), Counter()
+    for member in iter_members(path, skipped=skipped, limits=limits, read_data=False,
+                               inflate=inflate, recorder=recorder, tee=tee):
+        counts[member.label] += 1
+        split = split_folder(member.name)
+        if split is not None:
+            splits[split] += 1
     regions = recorder.payload(sum(counts.values()), skipped) if recorder else None
     payload = {"format": _FORMAT, "archive": stamp, "classes": dict(sorted(counts.items())),
+               "splits": dict(sorted(splits.items())),
                "skipped": dict(sorted(skipped.items())), "regions": regions}
     if write_sidecar:
         _try_write_sidecar(path, payload)

@@ -41,3 +41,14 @@ def test_a_corrupt_archive_is_an_error(tmp_path, capsys):
     (tmp_path / "bad.tgz").write_bytes(bytes(blob))
     code, out = run(capsys, tmp_path / "bad.tgz")
     assert code == 1 and "ERROR" in out and "bad.tgz" in out
+
+
+def test_the_splits_of_an_archive_are_counted_and_two_are_pointed_out(tmp_path, capsys):
+    files = labeled_files(2, 3, prefix="d/train") + labeled_files(2, 1, prefix="d/val")
+    path = write_archive(tmp_path / "a.tgz", files)
+    assert summary.summarize(path)["splits"] == {"train": 6, "val": 2}
+    code, out = run(capsys, path)
+    assert code == 0 and "splits: train: 6, val: 2 (a loader reads one split" in out
+    one = write_archive(tmp_path / "one.tgz", labeled_files(2, 3))
+    assert summary.summarize(one)["splits"] == {"train": 6}
+    assert "  splits:" not in run(capsys, one)[1]

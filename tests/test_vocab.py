@@ -112,6 +112,42 @@ def test_one_class_is_a_warning_naming_the_archive_and_class(tmp_path):
         Vocabulary.from_archives(write_archive(tmp_path / "two.tgz", labeled_files(2, 1)))
 
 
+def split_files(splits, root="imagenette2"):
+    return [(f"{root}/{split}/c{k:02d}/{i}.jpg", solid(class_level(k)))
+            for split in splits for k in range(2) for i in range(2)]
+
+
+def test_two_splits_in_one_archive_are_refused_naming_them(tmp_path):
+    """imagenette2/train/<class>/... beside imagenette2/val/<class>/... in one archive: one
+    loader would train on the validation images too, so it refuses, naming the splits and
+    their images, from a scan and again from the sidecar."""
+    path = write_archive(tmp_path / "imagenette2.tgz", split_files(["train", "val"]))
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"2 splits found \(train: 4 images in "
+                                             r".*imagenette2.tgz; val: 4 images in .*"
+                                             r"imagenette2.tgz\).*pack FOLDER/train.*vocab="):
+            ImageLoader(path, batch_size=2, device="cpu", workers=0)
+    assert json.loads(Path(sidecar_path(path)).read_text())["splits"] == {"train": 4, "val": 4}
+    with ImageLoader(path, batch_size=4, device="cpu", workers=0, vocab=["c00", "c01"],
+                     train=False, size=8) as loader:  # both on purpose: given the classes
+        assert sum(len(y) for _, y in loader) == 8
+
+
+def test_two_splits_across_archives_are_refused_and_one_split_is_read(tmp_path):
+    """A glob that takes train and val shards alike is the same mistake; each split alone,
+    or folders that are not split names above the classes, read as before."""
+    write_archive(tmp_path / "data-0.tgz", split_files(["train"], root="x"))
+    write_archive(tmp_path / "data-1.tgz", split_files(["Val"], root="x"))
+    with pytest.raises(ValueError, match=r"2 splits found \(Val: 4 images in .*data-1.tgz; "
+                                         r"train: 4 images in .*data-0.tgz\)"):
+        Vocabulary.from_archives(str(tmp_path / "data-*.tgz"))
+    vocab = Vocabulary.from_archives(str(tmp_path / "data-0.tgz"))
+    assert vocab.classes == ("c00", "c01") and vocab.images == 4
+    for k, root in enumerate(("photos/2019", "cats")):  # not split names: read as before
+        other = write_archive(tmp_path / f"other{k}.tgz", labeled_files(2, 2, prefix=root))
+        assert Vocabulary.from_archives(other).classes == ("c00", "c01")
+
+
 def test_a_split_folder_met_as_an_unknown_class_is_named_so(tmp_path):
     val = write_archive(tmp_path / "val.tgz", [("val/0.jpg", solid(1))])
     with ImageLoader(val, batch_size=2, device="cpu", workers=0, vocab=["cat", "dog"],
