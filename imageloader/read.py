@@ -467,10 +467,11 @@ def classify(header: _Header, limits: Limits) -> tuple[str | None, str | None, s
 
 
 def split_folder(name: str) -> str | None:
-    """The folder above an image's class folder where its name says "split" (train, val, ...):
-    `imagenette2/train/n01440764/x.jpg` -> "train"; None for `cat/x.jpg` or `data/cat/x.jpg`."""
-    parts = name.split("/")
-    return parts[-3] if len(parts) >= 3 and parts[-3].lower() in SPLIT_NAMES else None
+    """The nearest folder above an image's class folder whose name says "split" (train, val,
+    ...): `imagenette2/train/n01440764/x.jpg` and `train/animals/cat/x.jpg` -> "train"; None
+    for `cat/x.jpg` or `data/cat/x.jpg`."""
+    above = name.split("/")[:-2]
+    return next((part for part in reversed(above) if part.lower() in SPLIT_NAMES), None)
 
 
 def _readable_name(name: str) -> str:

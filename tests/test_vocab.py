@@ -137,7 +137,8 @@ def test_two_splits_across_archives_are_refused_and_one_split_is_read(tmp_path):
     """A glob that takes train and val shards alike is the same mistake; each split alone,
     or folders that are not split names above the classes, read as before."""
     write_archive(tmp_path / "data-0.tgz", split_files(["train"], root="x"))
-    write_archive(tmp_path / "data-1.tgz", split_files(["Val"], root="x"))
+    write_archive(tmp_path / "data-1.tgz",  # a folder between the split and the classes
+                  labeled_files(2, 2, prefix="Val/animals"))
     with pytest.raises(ValueError, match=r"2 splits found \(Val: 4 images in .*data-1.tgz; "
                                          r"train: 4 images in .*data-0.tgz\)"):
         Vocabulary.from_archives(str(tmp_path / "data-*.tgz"))
