@@ -27,8 +27,7 @@ import random
 import tarfile
 from typing import Iterable
 
-from .errors import SPLIT_NAMES
-from .read import IMAGE_EXTENSIONS
+from .read import IMAGE_EXTENSIONS, split_folder
 
 log = logging.getLogger(__name__)
 FIXED_MTIME = 0  # so that the bytes do not depend on when, or from what checkout, they were made
@@ -96,8 +95,7 @@ def image_files(src: str | os.PathLike) -> list[str]:
     if not images:
         raise ValueError(f"pack {src}: no images found (extensions "
                          f"{' '.join(sorted(IMAGE_EXTENSIONS))}); expected {LAYOUT}")
-    splits = sorted({p.split("/")[0] for p in images
-                     if p.count("/") == 2 and p.split("/")[0].lower() in SPLIT_NAMES})
+    splits = sorted({split_folder(p) for p in images} - {None})
     if len(splits) > 1:  # the loader refuses such an archive (vocab._check_splits)
         raise ValueError(f"pack {src}: holds {len(splits)} splits ({', '.join(splits)}); a "
                          f"loader reads one split per archive, so pack each on its own "
