@@ -118,6 +118,13 @@ def check_policy(name: str, value: str) -> str:
     return value
 
 
+def check_split(split) -> None:
+    """Options.split names a split folder: one of SPLIT_NAMES (any case), or None."""
+    if split is not None and (not isinstance(split, str) or split.lower() not in SPLIT_NAMES):
+        raise ValueError(f"split must be None or the name of a split folder, one of "
+                         f"{', '.join(sorted(SPLIT_NAMES))} (any case), got {split!r}")
+
+
 def merge_counts(total: Counter, part: dict) -> Counter:
     total.update({k: v for k, v in part.items() if v})
     return total

@@ -65,6 +65,10 @@ class Recorder:
         self.region_bytes = region_bytes or REGION_BYTES
         # Three ints per member: ~24 MB while scanning a million members, freed after it.
         self.offsets, self.entries, self.images = array("q"), array("q"), array("q")
+        # Images of each split folder (read.split_folder) before each header, so that a
+        # loader reading one split knows each region's share of it.
+        self.split_images: dict[str, array] = {}
+        self._split_counts: dict[str, int] = {}
         self.checkpoints: list[int] | None = None
         self.index_file: str | None = None
 
@@ -72,6 +76,15 @@ class Recorder:
         self.offsets.append(offset)
         self.entries.append(entry)
         self.images.append(images_before)
+        for split, images in self.split_images.items():
+            images.append(self._split_counts[split])
+
+    def count_split(self, split: str) -> None:
+        """One more image of this split, after the last header told."""
+        if split not in self.split_images:  # none before any header so far
+            self.split_images[split] = array("q", bytes(8 * len(self.offsets)))
+            self._split_counts[split] = 0
+        self._split_counts[split] += 1
 
     def finish(self, stream) -> None:
         """The walk reached the archive's end: keep the inflater's checkpoints."""
@@ -104,8 +117,11 @@ class Recorder:
             return None
         rows = []
         for i, h in enumerate(starts):
-            following = self.images[starts[i + 1]] if i + 1 < len(starts) else total_images
-            rows.append([self.offsets[h], self.entries[h], following - self.images[h]])
+            nxt = starts[i + 1] if i + 1 < len(starts) else None
+            following = self.images[nxt] if nxt is not None else total_images
+            splits = {split: (images[nxt] if nxt is not None else self._split_counts[split])
+                      - images[h] for split, images in sorted(self.split_images.items())}
+            rows.append([self.offsets[h], self.entries[h], following - self.images[h], splits])
         stamp = file_stamp(self.index_file) if self.index_file else None
         return {"index": os.path.basename(self.index_file) if self.index_file else None,
                 "index_stamp": stamp, "starts": rows}
@@ -125,9 +141,12 @@ class Recorder:
         return starts
 
 
-def regions_from(path: str, payload: dict | None) -> list[Region] | None:
+def regions_from(path: str, payload: dict | None, split: str | None = None
+                 ) -> list[Region] | None:
     """The regions a fresh sidecar describes; None if it has none, or their index file is
-    stale (`index_is_stale`) or cannot be used here (no rapidgzip)."""
+    stale (`index_is_stale`) or cannot be used here (no rapidgzip). With `split`, each
+    region's images are those of that split folder (some may have none: still read, so that
+    the members skipped there are counted as in one pass)."""
     if not payload or index_is_stale(path, payload):
         return None
     index = os.path.join(_folder_of_index(path), payload["index"]) if payload["index"] else None
@@ -139,8 +158,8 @@ def regions_from(path: str, payload: dict | None) -> list[Region] | None:
     rows = payload["starts"]
     ends = [row[0] for row in rows[1:]] + [None]
     return [Region(path, int(start), None if end is None else int(end), int(entry),
-                   int(images), index)
-            for (start, entry, images), end in zip(rows, ends)]
+                   int(images if split is None else splits.get(split, 0)), index)
+            for (start, entry, images, splits), end in zip(rows, ends)]
 
 
 def index_is_stale(path: str, payload: dict) -> bool:

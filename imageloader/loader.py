@@ -36,7 +36,7 @@ from .batch import batch_layout
 from .cache import PlainCopy, plain_copies
 from .decode import ALLOWED_FORMATS, Augment, Decoder, JpegPacker
 from .epoch import EpochIterator, GpuStep, OnDevice, host_piece
-from .errors import Limits, check_policy
+from .errors import Limits, check_policy, check_split
 from .gpudecode import GpuDecode, Packed
 from .gpujpeg import available as gpu_jpeg_decoders, check_lanes, lanes as gpu_lanes
 from .index import file_stamp
@@ -90,6 +90,10 @@ class Options:
                                         # None: see _default_readers
     regions: bool = True                # training from fewer archives than readers: split
                                         # them into regions that readers inflate separately
+    split: str | None = None            # read only the images below folders of this name
+                                        # above the class folders ("train" for an archive
+                                        # of train/<class>/... and val/<class>/...); None:
+                                        # every image, refused if they come from two splits
     plain_copy: PlainCopy | None = PlainCopy()  # gzip archives are inflated once, into an
                                         # uncompressed copy that every epoch reads (cache.py;
                                         # by default beside the archive, if 10% of the disk
@@ -288,6 +292,7 @@ class ImageLoader:
             raise ValueError(f"cpu_large must be None or a number of pixels >= 1, got "
                              f"{options.cpu_large!r}")
         check_lanes(options.gpu_lanes)  # errors whatever the decode, as cpu_share's
+        check_split(options.split)
         self.sources = tuple(expand_sources(source, options.remote))
         share_scans(self.sources, limits=options.limits, inflate=options.inflate)
         self.batch_size, self.train, self.seed, self.drop_last = batch_size, train, seed, drop_last
@@ -298,7 +303,7 @@ class ImageLoader:
         self._copies = plain_copies(self.sources, options.plain_copy, limits=options.limits,
                                     inflate=options.inflate)
         self.vocab = as_vocabulary(vocab) or Vocabulary.from_archives(
-            self.sources, limits=options.limits, inflate=options.inflate)
+            self.sources, limits=options.limits, inflate=options.inflate, split=options.split)
         self.decoder = Decoder(Augment.make(size, train), mode=mode, limits=options.limits,
                                formats=options.formats, transform=transform)
         self.normalize = Normalize() if normalize is True else (normalize or None)

@@ -6,8 +6,8 @@
 Accepted folders:
 
     SRC/<class>/<file>           members: <prefix>/<class>/<file>  (prefix: SRC's folder name)
-    SRC/<split>/<class>/<file>   members: <split>/<class>/<file>   (prefix: none; one split:
-                                 a loader refuses images of two splits in one set)
+    SRC/<split>/<class>/<file>   members: <split>/<class>/<file>   (prefix: none; a loader
+                                 reads one split of them: Options(split="train"))
 
 so packing `photos/train` gives the ImageNet layout `train/<class>/<file>`. Only regular image
 files are added (symlinks to files are followed); hidden files and folders (names starting with
@@ -27,7 +27,7 @@ import random
 import tarfile
 from typing import Iterable
 
-from .read import IMAGE_EXTENSIONS, split_folder
+from .read import IMAGE_EXTENSIONS
 
 log = logging.getLogger(__name__)
 FIXED_MTIME = 0  # so that the bytes do not depend on when, or from what checkout, they were made
@@ -95,11 +95,6 @@ def image_files(src: str | os.PathLike) -> list[str]:
     if not images:
         raise ValueError(f"pack {src}: no images found (extensions "
                          f"{' '.join(sorted(IMAGE_EXTENSIONS))}); expected {LAYOUT}")
-    splits = sorted({split_folder(p) for p in images} - {None})
-    if len(splits) > 1:  # the loader refuses such an archive (vocab._check_splits)
-        raise ValueError(f"pack {src}: holds {len(splits)} splits ({', '.join(splits)}); a "
-                         f"loader reads one split per archive, so pack each on its own "
-                         f"(pack {os.path.join(src, splits[0])} {splits[0]}.tgz)")
     return images
 
 

@@ -56,6 +56,7 @@ class Plan:
     copies: dict = field(default_factory=dict)  # archive -> its plain copy (cache.py): read
                                                 # instead, the same bytes, so not in the
                                                 # fingerprint
+    split: str | None = None    # only the images below split folders of this name
 
     @property
     def ordered(self) -> bool:
@@ -99,7 +100,8 @@ class Plan:
         return ReadPlan(parts, dict(self.vocab_index), self.batch_size, shuffle,
                         self.seed, self.limits, self.unknown_labels, self.inflate, threads,
                         self.rank if world > 1 else 0, world,
-                        copy_of={copy: archive for archive, copy in self.copies.items()})
+                        copy_of={copy: archive for archive, copy in self.copies.items()},
+                        split=self.split)
 
     # ---- counts ----------------------------------------------------------------------------
 
@@ -115,7 +117,7 @@ class Plan:
             if hasattr(part, "read"):
                 raise TypeError("the length of a stream is unknown until it has been read")
             per_class = archive_classes(os.fspath(part), limits=self.limits,
-                                        inflate=self.inflate)
+                                        inflate=self.inflate, split=self.split)
             counts.append(sum(n for label, n in per_class.items()
                               if label in self.vocab_index or self.unknown_labels == "raise"))
         return tuple(counts)
@@ -160,7 +162,8 @@ class Plan:
                 "batch_size": self.batch_size, "seed": self.seed,
                 "shuffle_buffer": self.shuffle_buffer, "drop_last": self.drop_last,
                 "uneven": self.uneven, "unknown_labels": self.unknown_labels,
-                "limits": _digest(dataclasses.astuple(self.limits)), **self.extra}
+                "limits": _digest(dataclasses.astuple(self.limits)), "split": self.split,
+                **self.extra}
 
 
 def check_resume(fingerprint: dict, state: dict) -> None:
@@ -255,7 +258,7 @@ def make_plan(s: Settings) -> Plan:
     return Plan(parts, tuple(s.sources), dict(s.vocab_index), s.batch_size, s.seed,
                 s.shuffle_buffer, s.drop_last, s.rank, s.world_size, o.uneven, s.workers,
                 _readers(s, parts), o.limits, o.unknown_labels, o.inflate, o.inflate_threads,
-                dict(s.extra), dict(s.copies))
+                dict(s.extra), dict(s.copies), o.split)
 
 
 def _regions_wanted(s: Settings) -> bool:
@@ -284,11 +287,11 @@ def _regions_of(source, s: Settings) -> list:
         return [source]
     path = os.fspath(source)
     o = s.options
-    regions = archive_regions(path, limits=o.limits, inflate=o.inflate)
+    regions = archive_regions(path, limits=o.limits, inflate=o.inflate, split=o.split)
     if not regions:
         return [source]
     if o.unknown_labels != "raise" and set(archive_classes(
-            path, limits=o.limits, inflate=o.inflate)) - set(s.vocab_index):
+            path, limits=o.limits, inflate=o.inflate, split=o.split)) - set(s.vocab_index):
         return [source]  # the regions' counts include images that will be skipped
     return regions
 

@@ -73,7 +73,7 @@ def print_table(summary: dict) -> None:
         print("  " + ", ".join(f"{k}: {v}" for k, v in shown) + (" ..." if len(counts) > 10 else ""))
     if len(summary["splits"]) > 1:
         print("  splits: " + ", ".join(f"{k}: {v}" for k, v in summary["splits"].items()) +
-              " (a loader reads one split: pack each on its own)")
+              " (a loader reads one: Options(split=...))")
     if summary["mean_bytes"]:
         print(f"  mean image size: {summary['mean_bytes'] / 1024:.1f} KiB")
     for reason, n in summary["skipped"].items():

@@ -26,7 +26,8 @@ from .read import (IMAGE_EXTENSIONS, Region, Source, expand_sources, iter_member
 
 log = logging.getLogger(__name__)
 SIDECAR_SUFFIX = ".classes.json"
-_FORMAT = "imageloader.classes/3"  # 2: with regions (index.py); 3: with splits
+_FORMAT = "imageloader.classes/4"  # 2: with regions (index.py); 3: with splits; 4: their
+# classes, and each region's images of each split
 
 
 class Vocabulary:
@@ -80,8 +81,10 @@ class Vocabulary:
     @classmethod
     def from_archives(cls, source: Source | Iterable[Source], *, limits: Limits = Limits(),
                       inflate: str = "auto", write_sidecar: bool = True,
-                      remote_options: remote.RemoteOptions | None = None) -> "Vocabulary":
-        """Scan archives (or reuse their sidecars) and return the union of their classes."""
+                      remote_options: remote.RemoteOptions | None = None,
+                      split: str | None = None) -> "Vocabulary":
+        """Scan archives (or reuse their sidecars) and return the union of their classes;
+        with `split`, of the images below split folders of that name only."""
         sources = expand_sources(source, remote_options)
         streams = [s for s in sources if hasattr(s, "read")]
         if streams:
@@ -92,13 +95,29 @@ class Vocabulary:
                 lambda path: _scan(path, limits, inflate, write_sidecar), sources))
         counts: Counter = Counter()
         for scan in scans:
-            counts.update(scan["classes"])
+            counts.update(scan_classes(scan, split))
         if not counts:
+            if split is not None:
+                raise ValueError(_no_split_message(sources, scans, split))
             skipped = [scan.get("skipped", {}) for scan in scans]
             raise ValueError(_no_images_message(sources, skipped))
         _check_classes(sources, counts)
-        _check_splits(sources, scans)
+        if split is None:
+            _check_splits(sources, scans)
         return cls(counts.keys(), counts)
+
+
+def scan_classes(scan: dict, split: str | None) -> dict[str, int]:
+    """Images per class in a scan: all of them, or those below `split` folders."""
+    return scan["classes"] if split is None else scan["splits"].get(split, {})
+
+
+def _no_split_message(sources: list, scans: list[dict], split: str) -> str:
+    found = sorted({name for scan in scans for name in scan["splits"]})
+    archives = ", ".join(source_name(s) for s in sources)
+    return (f"no images below a folder named {split!r} in {archives} (split folders found: "
+            f"{', '.join(found) if found else 'none'}); split= names the folder above the "
+            f"class folders, e.g. 'train' for train/<class>/<file>")
 
 
 def _no_images_message(sources: list, skipped: list[Mapping[str, int]]) -> str:
@@ -145,17 +164,17 @@ def _check_splits(sources: list, scans: list[dict]) -> None:
     way to read several splits on purpose."""
     found: dict[str, list[str]] = {}
     for source, scan in zip(sources, scans):
-        for split, images in scan.get("splits", {}).items():
-            found.setdefault(split, []).append(f"{counted(images, 'image')} in "
-                                               f"{source_name(source)}")
+        for split, classes in scan["splits"].items():
+            found.setdefault(split, []).append(f"{counted(sum(classes.values()), 'image')} "
+                                               f"in {source_name(source)}")
     if len(found) > 1:
         listed = "; ".join(f"{split}: {', '.join(where)}" for split, where in sorted(found.items()))
         raise ValueError(
             f"images of {len(found)} splits found ({listed}): one loader would read them all "
             f"as one set, its classes being the folders below each split. Give each split its "
-            f"own archive (e.g. extract it and run python -m imageloader pack FOLDER/train "
-            f"train.tgz) and its own loader; to read them as one set on purpose (a last run on "
-            f"train and val), give the loader its classes: vocab=[...]")
+            f"own loader: Options(split={sorted(found)[0]!r}) reads only the images below "
+            f"that folder; to read them as one set on purpose (a last run on train and val), "
+            f"give the loader its classes: vocab=[...]")
 
 
 def as_vocabulary(vocab) -> Vocabulary | None:
@@ -180,19 +199,20 @@ def sidecar_path(archive: str) -> str:
 
 
 def archive_classes(path: str, *, limits: Limits = Limits(), inflate: str = "auto",
-                    write_sidecar: bool = True) -> dict[str, int]:
-    """Images per class folder in one archive, from its sidecar if it is still fresh."""
-    return _scan(path, limits, inflate, write_sidecar)["classes"]
+                    write_sidecar: bool = True, split: str | None = None) -> dict[str, int]:
+    """Images per class folder in one archive (with `split`, below split folders of that
+    name), from its sidecar if it is still fresh."""
+    return scan_classes(_scan(path, limits, inflate, write_sidecar), split)
 
 
-def archive_regions(path: str, *, limits: Limits = Limits(),
-                    inflate: str = "auto") -> list[Region] | None:
+def archive_regions(path: str, *, limits: Limits = Limits(), inflate: str = "auto",
+                    split: str | None = None) -> list[Region] | None:
     """Where readers can enter the archive (index.py), from the same sidecar and scan; None
-    when it cannot be split."""
+    when it cannot be split. With `split`, each region counts that split's images only."""
     payload = _scan(path, limits, inflate, True).get("regions")
     if payload and index_is_stale(path, payload):  # the index beside it changed: scan again
         payload = _scan(path, limits, inflate, True, again=True)["regions"]
-    return regions_from(path, payload)
+    return regions_from(path, payload, split)
 
 
 def scan_archive(path: str, *, tee, limits: Limits = Limits(), inflate: str = "auto") -> dict:
@@ -210,16 +230,20 @@ def _scan(path: str, limits: Limits, inflate: str, write_sidecar: bool,
         return cached
     skipped: Counter = Counter()
     recorder = recorder_for(path, inflate) if write_sidecar else None
-    counts, splits = Counter(), Counter()
+    counts: Counter = Counter()
+    splits: dict[str, Counter] = {}
     for member in iter_members(path, skipped=skipped, limits=limits, read_data=False,
                                inflate=inflate, recorder=recorder, tee=tee):
         counts[member.label] += 1
         split = split_folder(member.name)
         if split is not None:
-            splits[split] += 1
+            splits.setdefault(split, Counter())[member.label] += 1
+            if recorder is not None:
+                recorder.count_split(split)
     regions = recorder.payload(sum(counts.values()), skipped) if recorder else None
     payload = {"format": _FORMAT, "archive": stamp, "classes": dict(sorted(counts.items())),
-               "splits": dict(sorted(splits.items())),
+               "splits": {split: dict(sorted(classes.items()))
+                          for split, classes in sorted(splits.items())},
                "skipped": dict(sorted(skipped.items())), "regions": regions}
     if write_sidecar:
         _try_write_sidecar(path, payload)

@@ -55,7 +55,7 @@ from typing import Any, Container, Iterator, NamedTuple
 from . import remote
 from .batch import Counted, Task, fill_batch, schedule, take_share, views_of
 from .errors import ArchiveError, Limits
-from .read import iter_members, iter_samples
+from .read import iter_members, iter_samples, split_folder
 
 log = logging.getLogger(__name__)
 CHUNK = 32                 # tasks per message: amortizes pickling and queue overhead
@@ -88,6 +88,7 @@ class ReadPlan:
     world_size: int = 1
     copy_of: dict = field(default_factory=dict)  # {plain copy (cache.py): the archive it
                                                  # copies}: members name the archive given
+    split: str | None = None    # read only the images below split folders of this name
 
     def tasks(self, epoch: int, order: tuple[int, ...], skipped: Counter, stats: dict,
               stream: int = 0, share: tuple[int, int] = (0, 1),
@@ -125,6 +126,8 @@ def _chain_members(archives, skipped, stats, plan: ReadPlan, opened: dict | None
         members = iter_members(archive, skipped=skipped, limits=plan.limits,
                                inflate=plan.inflate, threads=plan.inflate_threads, opened=opened)
         for member in (members if given is None else _as_given(members, given)):
+            if plan.split is not None and split_folder(member.name) != plan.split:
+                continue  # another split's: not this loader's set, so not a skip either
             stats["bytes"] = stats.get("bytes", 0) + len(member.data)
             if far:  # bytes fetched, requests and retries of this reader in this epoch
                 stats["remote"] = remote.counted_since(before)

@@ -56,6 +56,9 @@ def get_args_parser() -> argparse.ArgumentParser:
       help="training archive(s): paths or globs")
     a("--val", nargs="+", default=[str(REPO / "data/digits-val.tgz")],
       help="validation archive(s): paths or globs")
+    a("--split", help="read only the images below split folders of this name from --data "
+      "(e.g. train, for an archive of train/<class>/... beside val/<class>/...)")
+    a("--val-split", help="the same for --val (e.g. val)")
     a("--arch", default="resnet18", choices=ARCHS, help="torchvision ResNet")
     # The digits are 8x8: 16 px is plenty. 32 px costs 4x the compute and learned no faster
     # per epoch here (90% vs 93% val top-1 after 4 epochs); use 224 for ImageNet-like data.
@@ -214,7 +217,8 @@ def build_model(arch: str, num_classes: int, size: int, channels: int) -> nn.Mod
     return model
 
 
-def build_loader(paths, args, device, *, train: bool, vocab=None) -> ImageLoader:
+def build_loader(paths, args, device, *, train: bool, vocab=None,
+                 split: str | None = None) -> ImageLoader:
     # The loader normalizes on the device (on a side stream under CUDA) and hands out NHWC
     # batches when the model is NHWC, so no layout copy happens in the step.
     return ImageLoader(paths, batch_size=args.batch_size, train=train, size=args.size,
@@ -222,7 +226,7 @@ def build_loader(paths, args, device, *, train: bool, vocab=None) -> ImageLoader
                        seed=args.seed, drop_last=train, mode=args.mode, decode=args.decode,
                        normalize=Normalize(dtype=torch.float32,
                                            channels_last=args.channels_last),
-                       options=Options(gpu_lanes=args.gpu_lanes))
+                       options=Options(gpu_lanes=args.gpu_lanes, split=split))
 
 
 def lr_factor(step: int, steps_per_epoch: int, args) -> float:
@@ -624,13 +628,16 @@ def run(args, device, ckpt) -> dict:
     torch.backends.cudnn.benchmark = True  # fixed input shapes: autotune the convs once
     classes = ckpt["classes"] if ckpt else None  # resuming: the head's classes, not a rescan
     if args.evaluate:
-        with build_loader(args.val, args, device, train=False, vocab=classes) as val:
+        with build_loader(args.val, args, device, train=False, vocab=classes,
+                          split=args.val_split) as val:
             metrics = evaluate(make_model(args, len(val.vocab), ckpt, device), val, args)
         say(f"{args.resume} (epoch {ckpt['epoch']}): val top-1 "
             f"{metrics['val_top1']:.2f}%  top-5 {metrics['val_top5']:.2f}%")
         return metrics
-    with build_loader(args.data, args, device, train=True, vocab=classes) as train, \
-            build_loader(args.val, args, device, train=False, vocab=train.vocab) as val:
+    with build_loader(args.data, args, device, train=True, vocab=classes,
+                      split=args.split) as train, \
+            build_loader(args.val, args, device, train=False, vocab=train.vocab,
+                         split=args.val_split) as val:
         if args.data_on_gpu:
             train = FirstBatchOnly(train)
         with training_stream(args.train_stream, device):

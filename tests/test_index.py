@@ -183,6 +183,47 @@ def test_loader_reads_regions_every_image_once_in_a_new_order_each_epoch(tmp_pat
     assert runs[0] == runs[1]  # the same seed, workers and readers: the same batches
 
 
+def split_archive(path, compress: bool) -> tuple[str, list[int]]:
+    """padded_archive's 60 PNGs, the first 15 and every odd one below val/, the rest below
+    train/: some regions hold no train image. The path and the train images' ids."""
+    rng = random.Random(0)
+    files, train = [], []
+    for i in range(60):
+        split = "val" if i < 15 or i % 2 else "train"
+        train += [i] if split == "train" else []
+        files.append((f"d/{split}/c{i % 3}/{i:03d}.png", solid(10 + 3 * i, fmt="PNG", mode="L")))
+        files.append((f"d/{split}/c{i % 3}/{i:03d}.txt", rng.randbytes(60_000)))
+    return write_archive(path, files, compress=compress), train
+
+
+@pytest.mark.parametrize("kind", kinds())
+def test_a_split_read_from_regions_gives_each_of_its_images_once(tmp_path, kind):
+    """Each region counts its images of the split (the scan's count per split), which the
+    ranks' and readers' shares are dealt from; a loader of that split reads them all once an
+    epoch from regions, and nothing of the other split."""
+    path, train = split_archive(tmp_path / f"a.{kind}", compress=kind == "gz")
+    regions = archive_regions(path, split="train")
+    assert len(regions) >= 4 and regions[0].images == 0  # the first 15 are val's
+    opened = {}
+    try:
+        for region in regions:
+            found, _ = walk(region, opened=opened)
+            assert sum("/train/" in name for _, name, _, _ in found) == region.images
+    finally:
+        for stream in opened.values():
+            stream.close()
+    with numbered_loader(path, workers=3, options=Options(readers=2, split="train")) as loader:
+        assert len(loader.plan.parts) == len(regions) and len(loader) == -(-len(train) // 8)
+        for _ in range(2):
+            seen = []
+            with pytest.warns(UserWarning, match="skipped 60 members"):  # the .txt, as ever
+                for images, labels in loader:
+                    got = ids(images)
+                    assert labels.tolist() == [i % 3 for i in got]
+                    seen += got
+            assert sorted(seen) == train
+
+
 def test_regions_off_reads_the_archive_as_one_stream(tmp_path):
     path = padded_archive(tmp_path / "a.tar", compress=False)
     with numbered_loader(path, workers=2, options=Options(regions=False)) as loader:

@@ -48,7 +48,7 @@ def test_the_splits_of_an_archive_are_counted_and_two_are_pointed_out(tmp_path, 
     path = write_archive(tmp_path / "a.tgz", files)
     assert summary.summarize(path)["splits"] == {"train": 6, "val": 2}
     code, out = run(capsys, path)
-    assert code == 0 and "splits: train: 6, val: 2 (a loader reads one split" in out
+    assert code == 0 and "splits: train: 6, val: 2 (a loader reads one: Options(split" in out
     one = write_archive(tmp_path / "one.tgz", labeled_files(2, 3))
     assert summary.summarize(one)["splits"] == {"train": 6}
     assert "  splits:" not in run(capsys, one)[1]

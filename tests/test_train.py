@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,24 @@ def test_train_resume_evaluate(script, tmp_path: Path, capsys) -> None:
     checked = run(script, "--workers", "0", "--resume", str(out / "checkpoint.pt"), "--evaluate")
     assert checked["val_top1"] == pytest.approx(resumed["val_top1"], abs=0.3)
     assert checked["val_top5"] == pytest.approx(resumed["val_top5"], abs=0.3)
+
+
+def test_one_archive_of_two_splits_trains_on_one_and_validates_on_the_other(script, tmp_path):
+    """The digits' train/ and val/ members in one archive (as Imagenette's is laid out):
+    refused as one set, read split by split with --split and --val-split."""
+    both = tmp_path / "digits.tgz"
+    with tarfile.open(both, "w:gz") as out:
+        for name in ("digits-train.tgz", "digits-val.tgz"):
+            with tarfile.open(SCRIPT.parents[1] / "data" / name) as archive:
+                for member in archive:
+                    out.addfile(member, archive.extractfile(member))
+    with pytest.raises(ValueError, match=r"2 splits found \(train: 1437 images .*val: 360"):
+        run(script, "--data", str(both), "--val", str(both), "--workers", "0")
+    result = run(script, "--data", str(both), "--val", str(both), "--split", "train",
+                 "--val-split", "val", "--epochs", "2", "--workers", "0", "--out-dir",
+                 str(tmp_path / "run"))
+    last = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["val_loader"]["samples"] == 360 and result["val_top1"] > CHANCE_PLUS
 
 
 def test_train_with_a_worker_process(script, tmp_path: Path) -> None:

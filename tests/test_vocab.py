@@ -10,10 +10,11 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import (add_file, assert_labels_match_pixels, class_level, labeled_files, solid,
                       write_archive)
-from imageloader import ImageLoader
+from imageloader import ImageLoader, Options
 from imageloader.errors import UnknownLabelError
 from imageloader.vocab import Vocabulary, as_vocabulary, sidecar_path
 
@@ -125,9 +126,12 @@ def test_two_splits_in_one_archive_are_refused_naming_them(tmp_path):
     for _ in range(2):
         with pytest.raises(ValueError, match=r"2 splits found \(train: 4 images in "
                                              r".*imagenette2.tgz; val: 4 images in .*"
-                                             r"imagenette2.tgz\).*pack FOLDER/train.*vocab="):
+                                             r"imagenette2.tgz\).*Options\(split='train'\)"
+                                             r".*vocab="):
             ImageLoader(path, batch_size=2, device="cpu", workers=0)
-    assert json.loads(Path(sidecar_path(path)).read_text())["splits"] == {"train": 4, "val": 4}
+    per_class = {"c00": 2, "c01": 2}
+    assert json.loads(Path(sidecar_path(path)).read_text())["splits"] == \
+        {"train": per_class, "val": per_class}
     with ImageLoader(path, batch_size=4, device="cpu", workers=0, vocab=["c00", "c01"],
                      train=False, size=8) as loader:  # both on purpose: given the classes
         assert sum(len(y) for _, y in loader) == 8
@@ -147,6 +151,36 @@ def test_two_splits_across_archives_are_refused_and_one_split_is_read(tmp_path):
     for k, root in enumerate(("photos/2019", "cats")):  # not split names: read as before
         other = write_archive(tmp_path / f"other{k}.tgz", labeled_files(2, 2, prefix=root))
         assert Vocabulary.from_archives(other).classes == ("c00", "c01")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_options_split_reads_only_that_split(tmp_path, workers):
+    """imagenette2/train/... and imagenette2/val/... in one archive, val's pixels another
+    class's level: Options(split=...) gives each loader its split's images, every one once an
+    epoch, its classes and length from the sidecar's counts for that split."""
+    files = [(f"imagenette2/{split}/c{k:02d}/{i}.jpg", solid(class_level(k + 3 * (split == "val"))))
+             for split, n in (("train", 3), ("val", 2)) for k in range(2) for i in range(n)]
+    path = write_archive(tmp_path / "imagenette2.tgz", files[::-1])  # val's first
+    states = {}
+    for split, per_class in (("train", 3), ("val", 2)):
+        with ImageLoader(path, batch_size=4, size=8, device="cpu", workers=workers,
+                         normalize=False, options=Options(split=split)) as loader:
+            if states:  # a checkpoint of the other split's loader is refused, naming split
+                with pytest.raises(ValueError, match="split"):
+                    loader.load_state_dict(states["train"])
+            assert loader.vocab.classes == ("c00", "c01") and len(loader) == -(-2 * per_class // 4)
+            for _ in range(2):
+                images, labels = zip(*loader)
+                labels = torch.cat(labels)
+                assert sorted(labels.tolist()) == [0] * per_class + [1] * per_class
+                shift = 3 if split == "val" else 0
+                assert_labels_match_pixels(torch.cat(images), labels + shift)
+            states[split] = loader.state_dict()
+    with pytest.raises(ValueError, match=r"no images below a folder named 'test' in .*"
+                                         r"\(split folders found: train, val\)"):
+        ImageLoader(path, batch_size=4, device="cpu", options=Options(split="test"))
+    with pytest.raises(ValueError, match="split must be None or the name of a split folder"):
+        ImageLoader(path, batch_size=4, device="cpu", options=Options(split="c00"))
 
 
 def test_a_split_folder_met_as_an_unknown_class_is_named_so(tmp_path):
