@@ -11,6 +11,7 @@ depend on which worker decodes it. Every failure is a `SampleError` with a reaso
 """
 from __future__ import annotations
 
+import functools
 import io
 import math
 import os
@@ -93,10 +94,7 @@ class Decoder:
         """Everything Pillow does to the bytes; any failure becomes a SampleError."""
         try:
             if self.limits.max_pixels > (Image.MAX_IMAGE_PIXELS or math.inf):
-                with warnings.catch_warnings():
-                    # Pillow warns between 1x and 2x its bomb limit; our own limit is enforced.
-                    warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-                    return self._decode_geometry(data, rng)
+                _ignore_pillows_bomb_warning()
             return self._decode_geometry(data, rng)
         except SampleError:
             raise
@@ -262,6 +260,15 @@ class Screen(NamedTuple):
     orientation: int = 1          # EXIF orientation, 1-8: the GPU stage reads it upright
     upright_size: tuple[int, int] | None = None  # (width, height) upright: the crop box's frame
     progressive: bool = False     # a progressive JPEG, refused or not
+
+
+@functools.cache
+def _ignore_pillows_bomb_warning() -> None:
+    """Pillow warns between 1x and 2x its bomb limit; a limit of ours above it is enforced
+    instead. A filter set once per process: warnings.catch_warnings around each decode is not
+    thread-safe, and a GPU lane decodes what nvJPEG refused with Pillow in its own thread,
+    where it would swap the process's warning state under the training thread."""
+    warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
 
 
 def gpu_screen(data: bytes, mode: str, limits: Limits, progressive_pixels: int = 0) -> Screen:

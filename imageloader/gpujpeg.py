@@ -116,26 +116,32 @@ class JpegDecoder(Protocol):
     def decode(self, datas: list[np.ndarray], fresh: bool = False) -> list: ...
 
 
+# The start of torchvision's deprecation warning for its image decoding (0.29).
+_TORCHVISION_DEPRECATED = "The image decoding and encoding capabilities of TorchVision"
+
+
 class TorchvisionJpeg:
     name = "torchvision"
     stream_ordered = False  # writes from its own stream: see GpuDecode._wait_for_last_batch
 
     def __init__(self, device: torch.device, mode: str):
-        with warnings.catch_warnings():
-            # Deprecated since 0.29, still the one decoder that every torchvision has:
-            # it is tried last (module docstring), and the warning is not the user's.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            from torchvision.io import ImageReadMode, decode_jpeg
+        # Deprecated since 0.29, still the one decoder that every torchvision has: it is
+        # tried last (module docstring), and the warning is not the user's. Ignored by a
+        # filter for that message, set here once: warnings.catch_warnings around each call
+        # would run in a lane's thread, and it swaps the process's warning state (it is not
+        # thread-safe), so a warning the training thread recorded meanwhile (an epoch's
+        # skips, under pytest.warns) was lost (H200, results/2026-11-30-h200-codings).
+        warnings.filterwarnings("ignore", message=_TORCHVISION_DEPRECATED,
+                                category=DeprecationWarning)
+        from torchvision.io import ImageReadMode, decode_jpeg
         self.device, self._decode = device, decode_jpeg
         self._mode = ImageReadMode.RGB if mode == "RGB" else ImageReadMode.GRAY
 
     def decode(self, datas: list[np.ndarray], fresh: bool = False) -> list:
         # One call for the whole list: nvJPEG's batched decoder, on the current stream; new
         # tensors every time (fresh or not).
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return self._decode([torch.from_numpy(d) for d in datas], mode=self._mode,
-                                device=self.device)
+        return self._decode([torch.from_numpy(d) for d in datas], mode=self._mode,
+                            device=self.device)
 
 
 class TorchCodecJpeg:

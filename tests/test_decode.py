@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import io
 import random
+import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -186,3 +188,29 @@ def test_decode_does_not_import_torch_in_workers():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
     assert torch.__version__  # the test process itself has torch
+
+
+def test_a_decode_in_another_thread_leaves_the_callers_warnings_alone(monkeypatch):
+    """With a pixel limit above Pillow's, Pillow's bomb warning is ignored; a GPU lane
+    decodes what nvJPEG refused with this decoder in its own thread, so the decode must not
+    swap the process's warning state back when it ends (catch_warnings did): a warning the
+    training thread recorded meanwhile is kept. The decode is held open by a stand-in."""
+    limits = Limits(max_pixels=4 * Image.MAX_IMAGE_PIXELS)
+    decoder = Decoder(Augment.make(8, False), limits=limits)
+    inside, leave = threading.Event(), threading.Event()
+
+    def held_open(data, rng):
+        inside.set()
+        assert leave.wait(10)
+        return Image.new("RGB", (8, 8)), False
+
+    monkeypatch.setattr(decoder, "_decode_geometry", held_open)
+    lane = threading.Thread(target=decoder._decode_image, args=(solid(1), random.Random(0)))
+    lane.start()
+    assert inside.wait(10)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        leave.set()
+        lane.join(10)
+        warnings.warn("epoch 0: skipped 1 member", UserWarning)
+    assert [str(w.message) for w in caught] == ["epoch 0: skipped 1 member"]

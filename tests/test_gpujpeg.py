@@ -6,7 +6,9 @@ kept images, order, failures) is tested without a GPU; tests/test_gpudecode.py r
 from __future__ import annotations
 
 import io
+import threading
 import types
+import warnings
 
 import numpy as np
 import pytest
@@ -14,7 +16,8 @@ import torch
 from PIL import Image
 
 from conftest import encode, photo
-from imageloader.gpujpeg import DECODERS, ENGINES, NvImageCodecJpeg, available, lanes
+from imageloader.gpujpeg import (DECODERS, ENGINES, NvImageCodecJpeg, TorchvisionJpeg,
+                                 available, lanes)
 
 try:
     from nvidia import nvimgcodec  # noqa: F401
@@ -180,3 +183,29 @@ def test_first_makes_only_the_best_decoder_that_loads(monkeypatch):
     assert [d.name for d in available(CPU, "RGB", first=True)] == ["torchcodec"]
     assert made == ["nvimgcodec", "torchcodec"]
     assert [d.name for d in available(CPU, "RGB")] == ["torchcodec", "torchvision"]
+
+
+def test_torchvision_decoding_in_a_lane_thread_leaves_the_training_threads_warnings_alone():
+    """A lane's call outlives the training thread's warning capture begun meanwhile (an
+    epoch's skip warning under pytest.warns, or a user's catch_warnings): the lane must not
+    swap the process's warning state back when its call ends, so that warning is kept. The
+    call is held open by a stand-in for torchvision's decoder; it ran on an H200 when the
+    decoder hid its deprecation warning with catch_warnings, and the epoch's warning was lost."""
+    decoder = TorchvisionJpeg(torch.device("cpu"), "RGB")
+    inside, leave = threading.Event(), threading.Event()
+
+    def held_open(tensors, mode, device):
+        inside.set()
+        assert leave.wait(10)
+        return [None] * len(tensors)
+
+    decoder._decode = held_open
+    lane = threading.Thread(target=decoder.decode, args=([np.zeros(4, np.uint8)],))
+    lane.start()
+    assert inside.wait(10)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        leave.set()
+        lane.join(10)
+        warnings.warn("epoch 0: skipped 1 member", UserWarning)
+    assert [str(w.message) for w in caught] == ["epoch 0: skipped 1 member"]
