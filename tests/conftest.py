@@ -9,6 +9,8 @@ import socket
 import subprocess
 import sys
 import tarfile
+import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -38,6 +40,30 @@ def photo(seed: int, size=(64, 48), fmt="JPEG") -> bytes:
     rng = np.random.default_rng(seed)
     small = rng.integers(0, 256, (size[1] // 8, size[0] // 8, 3), dtype=np.uint8)
     return encode(Image.fromarray(small).resize(size, Image.BICUBIC), fmt)
+
+
+def warnings_recorded_across_a_held_call(call, returns) -> tuple[list[str], object]:
+    """Runs `call(stand_in)` in another thread (a lane's): `stand_in`, which `call` puts in
+    place of the decoder's inner step, holds it open and returns `returns`. Meanwhile this
+    thread begins recording warnings; then the call ends and this thread warns. What was
+    recorded: a call that swaps the process's warning state back as it ends (catch_warnings
+    is not thread-safe) loses that warning. Also what the call returned."""
+    inside, leave, result = threading.Event(), threading.Event(), []
+
+    def stand_in(*args, **kwargs):
+        inside.set()
+        assert leave.wait(10)
+        return returns
+
+    lane = threading.Thread(target=lambda: result.append(call(stand_in)))
+    lane.start()
+    assert inside.wait(10)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        leave.set()
+        lane.join(10)
+        warnings.warn("epoch 0: skipped 1 member", UserWarning)
+    return [str(w.message) for w in caught], result[0] if result else None
 
 
 def bogus_huffman_jpeg(data: bytes) -> bytes:

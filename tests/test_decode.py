@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import io
 import random
-import threading
-import warnings
 
 import numpy as np
 import pytest
@@ -12,7 +10,7 @@ import torch
 from PIL import Image, ImageOps
 from torchvision.transforms import v2
 
-from conftest import encode, photo, solid
+from conftest import encode, photo, solid, warnings_recorded_across_a_held_call
 from imageloader.decode import Augment, Decoder, random_resized_crop_box
 from imageloader.errors import Limits, SampleError
 
@@ -197,20 +195,10 @@ def test_a_decode_in_another_thread_leaves_the_callers_warnings_alone(monkeypatc
     training thread recorded meanwhile is kept. The decode is held open by a stand-in."""
     limits = Limits(max_pixels=4 * Image.MAX_IMAGE_PIXELS)
     decoder = Decoder(Augment.make(8, False), limits=limits)
-    inside, leave = threading.Event(), threading.Event()
 
-    def held_open(data, rng):
-        inside.set()
-        assert leave.wait(10)
-        return Image.new("RGB", (8, 8)), False
+    def decode(stand_in):
+        monkeypatch.setattr(decoder, "_decode_geometry", stand_in)
+        return decoder._decode_image(solid(1), random.Random(0))
 
-    monkeypatch.setattr(decoder, "_decode_geometry", held_open)
-    lane = threading.Thread(target=decoder._decode_image, args=(solid(1), random.Random(0)))
-    lane.start()
-    assert inside.wait(10)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        leave.set()
-        lane.join(10)
-        warnings.warn("epoch 0: skipped 1 member", UserWarning)
-    assert [str(w.message) for w in caught] == ["epoch 0: skipped 1 member"]
+    recorded, _ = warnings_recorded_across_a_held_call(decode, (Image.new("RGB", (8, 8)), False))
+    assert recorded == ["epoch 0: skipped 1 member"]

@@ -6,16 +6,14 @@ kept images, order, failures) is tested without a GPU; tests/test_gpudecode.py r
 from __future__ import annotations
 
 import io
-import threading
 import types
-import warnings
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from conftest import encode, photo
+from conftest import encode, photo, warnings_recorded_across_a_held_call
 from imageloader.gpujpeg import (DECODERS, ENGINES, NvImageCodecJpeg, TorchvisionJpeg,
                                  available, lanes)
 
@@ -192,20 +190,10 @@ def test_torchvision_decoding_in_a_lane_thread_leaves_the_training_threads_warni
     call is held open by a stand-in for torchvision's decoder; it ran on an H200 when the
     decoder hid its deprecation warning with catch_warnings, and the epoch's warning was lost."""
     decoder = TorchvisionJpeg(torch.device("cpu"), "RGB")
-    inside, leave = threading.Event(), threading.Event()
 
-    def held_open(tensors, mode, device):
-        inside.set()
-        assert leave.wait(10)
-        return [None] * len(tensors)
+    def decode(stand_in):
+        decoder._decode = stand_in
+        return decoder.decode([np.zeros(4, np.uint8)])
 
-    decoder._decode = held_open
-    lane = threading.Thread(target=decoder.decode, args=([np.zeros(4, np.uint8)],))
-    lane.start()
-    assert inside.wait(10)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        leave.set()
-        lane.join(10)
-        warnings.warn("epoch 0: skipped 1 member", UserWarning)
-    assert [str(w.message) for w in caught] == ["epoch 0: skipped 1 member"]
+    recorded, images = warnings_recorded_across_a_held_call(decode, [None])
+    assert recorded == ["epoch 0: skipped 1 member"] and images == [None]
