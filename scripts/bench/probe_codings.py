@@ -109,13 +109,19 @@ def decoders(device: torch.device) -> dict:
     return out
 
 
-def difference(image, reference: np.ndarray | None) -> float | None:
-    if image is None or reference is None:
-        return None
-    pixels = torch.as_tensor(image, device="cuda").permute(1, 2, 0).cpu().numpy()
+def mean_abs_diff(pixels: np.ndarray, reference: np.ndarray) -> float:
+    """Mean absolute difference of two (H, W, 3) images; NaN where their sizes differ."""
     if pixels.shape != reference.shape:
         return float("nan")
     return round(float(np.abs(pixels.astype(int) - reference.astype(int)).mean()), 2)
+
+
+def difference(image, reference: np.ndarray | None) -> float | None:
+    """A decoder's (C, H, W) image on the GPU against Pillow's pixels."""
+    if image is None or reference is None:
+        return None
+    return mean_abs_diff(torch.as_tensor(image, device="cuda").permute(1, 2, 0).cpu().numpy(),
+                         reference)
 
 
 def outcome(decoder, datas: list[bytes], at: int, reference) -> dict:
@@ -140,9 +146,10 @@ def main(args) -> None:
     report = {}
     for name, (data, intact) in cases().items():
         pixels, said = pillow(data)
-        reference = pixels if pixels is not None else pillow(intact)[0] if intact else None
-        if intact is not None and pixels is not None:  # how far Pillow's own decode strays
-            said += f", mean abs diff from the intact photo {difference_np(pixels, intact)}"
+        whole = pillow(intact)[0] if intact is not None else None
+        reference = pixels if pixels is not None else whole
+        if whole is not None and pixels is not None:  # how far Pillow's own decode strays
+            said += f", mean abs diff from the intact photo {mean_abs_diff(pixels, whole)}"
         row = {"screen": gpu_screen(data, "RGB", Limits())[0] or "to the GPU", "pillow": said}
         for dname, decoder in here.items():
             row[dname] = {"alone": outcome(decoder, [data], 0, reference),
@@ -154,11 +161,6 @@ def main(args) -> None:
             print(f"  {dname:18} alone {row[dname]['alone']}  in a batch {row[dname]['in a batch']}")
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1))
-
-
-def difference_np(pixels: np.ndarray, intact: bytes) -> float:
-    whole = pillow(intact)[0]
-    return round(float(np.abs(pixels.astype(int) - whole.astype(int)).mean()), 2)
 
 
 if __name__ == "__main__":
