@@ -20,6 +20,7 @@ The loader is an assembly of three objects with their own lifetimes:
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -293,6 +294,8 @@ class ImageLoader:
                              f"{options.cpu_large!r}")
         check_lanes(options.gpu_lanes)  # errors whatever the decode, as cpu_share's
         check_split(options.split)
+        if options.split is not None:  # split folders are known in lower case (split_folder)
+            self.options = options = dataclasses.replace(options, split=options.split.lower())
         self.sources = tuple(expand_sources(source, options.remote))
         share_scans(self.sources, limits=options.limits, inflate=options.inflate)
         self.batch_size, self.train, self.seed, self.drop_last = batch_size, train, seed, drop_last

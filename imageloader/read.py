@@ -468,10 +468,13 @@ def classify(header: _Header, limits: Limits) -> tuple[str | None, str | None, s
 
 def split_folder(name: str) -> str | None:
     """The nearest folder above an image's class folder whose name says "split" (train, val,
-    ...): `imagenette2/train/n01440764/x.jpg` and `train/animals/cat/x.jpg` -> "train"; None
-    for `cat/x.jpg` or `data/cat/x.jpg`."""
+    ...), in lower case: `imagenette2/train/n01440764/x.jpg` and `Train/animals/cat/x.jpg` ->
+    "train"; None for `cat/x.jpg` or `data/cat/x.jpg`. Lower case because a split is named
+    by its role, not its spelling: `Val/` in one archive and `val/` in another are one split,
+    and `Options(split="Val")` reads either."""
     above = name.split("/")[:-2]
-    return next((part for part in reversed(above) if part.lower() in SPLIT_NAMES), None)
+    return next((part.lower() for part in reversed(above) if part.lower() in SPLIT_NAMES),
+                None)
 
 
 def _readable_name(name: str) -> str:

@@ -26,8 +26,8 @@ from .read import (IMAGE_EXTENSIONS, Region, Source, expand_sources, iter_member
 
 log = logging.getLogger(__name__)
 SIDECAR_SUFFIX = ".classes.json"
-_FORMAT = "imageloader.classes/4"  # 2: with regions (index.py); 3: with splits; 4: their
-# classes, and each region's images of each split
+_FORMAT = "imageloader.classes/5"  # 2: with regions (index.py); 3: with splits; 4: their
+# classes, and each region's images of each split; 5: splits named in lower case
 
 
 class Vocabulary:

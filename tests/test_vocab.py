@@ -143,8 +143,8 @@ def test_two_splits_across_archives_are_refused_and_one_split_is_read(tmp_path):
     write_archive(tmp_path / "data-0.tgz", split_files(["train"], root="x"))
     write_archive(tmp_path / "data-1.tgz",  # a folder between the split and the classes
                   labeled_files(2, 2, prefix="Val/animals"))
-    with pytest.raises(ValueError, match=r"2 splits found \(Val: 4 images in .*data-1.tgz; "
-                                         r"train: 4 images in .*data-0.tgz\)"):
+    with pytest.raises(ValueError, match=r"2 splits found \(train: 4 images in .*data-0.tgz; "
+                                         r"val: 4 images in .*data-1.tgz\)"):
         Vocabulary.from_archives(str(tmp_path / "data-*.tgz"))
     vocab = Vocabulary.from_archives(str(tmp_path / "data-0.tgz"))
     assert vocab.classes == ("c00", "c01") and vocab.images == 4
@@ -181,6 +181,20 @@ def test_options_split_reads_only_that_split(tmp_path, workers):
         ImageLoader(path, batch_size=4, device="cpu", options=Options(split="test"))
     with pytest.raises(ValueError, match="split must be None or the name of a split folder"):
         ImageLoader(path, batch_size=4, device="cpu", options=Options(split="c00"))
+
+
+def test_split_folders_and_the_split_option_ignore_case(tmp_path):
+    """`Train/` in one archive and `train/` in another are one split, not two; and
+    Options(split=...) in any case reads the folders of that name in any case."""
+    write_archive(tmp_path / "a-0.tgz", split_files(["Train"], root="x"))
+    write_archive(tmp_path / "a-1.tgz", split_files(["train", "VAL"], root="y"))
+    for split, images in (("train", 8), ("Val", 4), ("TRAIN", 8)):
+        with ImageLoader(str(tmp_path / "a-*.tgz"), batch_size=4, size=8, device="cpu",
+                         workers=0, train=False, options=Options(split=split)) as loader:
+            assert sum(len(y) for _, y in loader) == images == loader.vocab.images
+    with pytest.raises(ValueError, match=r"2 splits found \(train: 4 images in .*a-0.tgz, "
+                                         r"4 images in .*a-1.tgz; val: 4 images in "):
+        Vocabulary.from_archives(str(tmp_path / "a-*.tgz"))
 
 
 def test_a_split_folder_met_as_an_unknown_class_is_named_so(tmp_path):
