@@ -16,6 +16,7 @@ import io
 import math
 import os
 import random
+import re
 import time
 import warnings
 from collections import Counter
@@ -478,6 +479,9 @@ _ARITHMETIC_FRAMES = frozenset({0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
 _LOSSLESS_FRAMES = frozenset({0xC3, 0xC7, 0xCB, 0xCF})
 _FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # not DHT, JPG, DAC
 _END_OF_IMAGE = b"\xff\xd9"
+# A marker after coded data: 0xFF then neither a stuffed 0 nor a restart marker (which sit
+# inside coded data), nor TEM or a fill byte (no length follows).
+_NEXT_MARKER = re.compile(rb"\xff[^\x00\x01\xd0-\xd7\xff]")
 
 
 def _markers(data: bytes) -> Iterator[tuple[int, int]]:
@@ -520,13 +524,23 @@ def _ends_early(data: bytes) -> bool:
     short. Pillow refuses it as truncated, while every GPU decoder hands back an image whose
     rows past the cut are gray or another image's (probe_codings.py; H200,
     scripts/bench/results/2026-11-30-h200-codings), so the packers take it and the CPU path's
-    judgement holds on either path. Almost every JPEG simply ends with the marker. Coded data
-    holds no 0xFF 0xD9 (a 0xFF there is followed by 0 or a restart marker), so otherwise the
-    first after the scan is the end, whatever follows it (a phone's trailer, padding)."""
+    judgement holds on either path. Almost every JPEG simply ends with the marker. Otherwise
+    the markers after the first scan are walked to the end marker, whatever follows it (a
+    phone's trailer, padding). Coded data holds no marker but restarts (a 0xFF there is
+    followed by 0 or a restart marker), and each segment between a progressive JPEG's scans
+    is stepped over by its length: a Huffman table or a comment there may hold 0xFF 0xD9."""
     if data.endswith(_END_OF_IMAGE):
         return False
-    scan = next((at for marker, at in _markers(data) if marker == 0xDA), 0)
-    return scan > 0 and data.find(_END_OF_IMAGE, scan) < 0
+    at = next((at for marker, at in _markers(data) if marker == 0xDA), 0)
+    if at == 0:
+        return False  # no scan found where the headers say: Pillow's parser judged them
+    while (found := _NEXT_MARKER.search(data, at)) is not None:
+        if data[found.start() + 1] == 0xD9:
+            return False
+        # A segment (tables, a comment, the next scan's header): step over its length; a
+        # length past the data leaves no end marker, as a cut would.
+        at = found.start() + 2 + int.from_bytes(data[found.start() + 2:found.start() + 4], "big")
+    return True
 
 
 def _orientation(img: Image.Image) -> int:

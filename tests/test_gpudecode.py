@@ -127,6 +127,27 @@ def test_screening_leaves_jpegs_cut_short_to_the_cpu():
     assert gpu_screen(with_thumbnail[:-100], "RGB", limits)[0] == "no_end_marker"
 
 
+def test_screening_finds_a_cut_progressive_jpeg_whose_later_segment_holds_the_end_bytes():
+    """Between a progressive JPEG's scans lie segments (Huffman tables, comments) whose bytes
+    may be 0xFF 0xD9. Cut after such a segment, the JPEG still has no end: the screen steps
+    over each segment by its length, sends the cut one to the packers, where Pillow calls it
+    truncated, and passes the whole one."""
+    progressive = encode(Image.open(io.BytesIO(photo(5, (96, 72), fmt="PNG"))), "JPEG",
+                         progressive=True)
+    second_scan = progressive.index(b"\xff\xda", progressive.index(b"\xff\xda") + 2)
+    comment = b"\xff\xfe\x00\x08ab\xff\xd9cd"  # a segment holding the end marker's bytes
+    whole = progressive[:second_scan] + comment + progressive[second_scan:]
+    def screened(data):  # progressive JPEGs of any size for the GPU, as a route may send
+        return gpu_screen(data, "RGB", Limits(), progressive_pixels=10**9)[0]
+    assert screened(whole) is None
+    Image.open(io.BytesIO(whole)).load()
+    cut = whole[:second_scan + len(comment) + 40]  # inside the second scan
+    assert screened(cut) == "no_end_marker"
+    with pytest.raises(OSError, match="truncated"):
+        Image.open(io.BytesIO(cut)).load()
+    assert screened(whole + bytes(50)) is None  # padded, not cut
+
+
 def rgb_coded_jpeg(image: Image.Image) -> bytes:
     """`image` stored as R, G, B components (an Adobe marker with transform 0), as Pillow
     writes with keep_rgb (Pillow >= 10.2; a skip before)."""
