@@ -40,6 +40,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=int, default=64, help="crop side: small keeps it fast")
     p.add_argument("--workers", type=int, default=None)
     p.add_argument("--uneven", default="pad", choices=["pad", "drop"])
+    p.add_argument("--split", default=None,
+                   help="read only the images below split folders of this name (Options.split)")
     p.add_argument("--resume-at", type=int, default=0,
                    help="also check resume: cut one training epoch after this many batches")
     p.add_argument("--out", default=None, help="also write the JSON lines here (rank 0)")
@@ -70,7 +72,7 @@ def make_loader(data, args, device, train: bool = False, **options) -> ImageLoad
         options.setdefault("cpu_share", 0.0)
     return ImageLoader(data, batch_size=args.batch_size, size=args.size, train=train,
                        normalize=False, device=device, workers=args.workers,
-                       options=Options(uneven=args.uneven, **options))
+                       options=Options(uneven=args.uneven, split=args.split, **options))
 
 
 def main(args) -> int:
@@ -92,7 +94,8 @@ def main(args) -> int:
                 line, ok = compare(gathered, everything, args)
                 line.update(epoch=epoch, world=world, device=torch.cuda.get_device_name()
                             if cuda else "cpu", devices=[g[4] for g in gathered],
-                            backend=dist.get_backend(), torch=torch.__version__)
+                            backend=dist.get_backend(), torch=torch.__version__,
+                            split=args.split)
                 failures += not ok
                 lines.append(line)
                 print(json.dumps(line), flush=True)

@@ -192,6 +192,23 @@ def test_check_ranks_script_under_torchrun(tmp_path):
         assert x["devices"] == [shared, shared] and x["backend"] == "gloo"
 
 
+@pytest.mark.timeout(180)
+def test_check_ranks_script_reads_one_split_under_torchrun(tmp_path):
+    """--split: the ranks and the reference alone read the val images only (15 of 45), each
+    once over the two ranks (8 and 7), with equal steps."""
+    files = [(f"d/{'val' if i % 3 == 2 else 'train'}/c{i % 2}/{i:03d}.png",
+              solid(10 + 3 * i, fmt="PNG", mode="L")) for i in range(45)]
+    path = write_archive(tmp_path / "splits.tgz", files)
+    out = tmp_path / "ranks.jsonl"
+    result = torchrun(REPO / "scripts/check_ranks.py", "--data", path, "--epochs", "1",
+                      "--batch-size", "4", "--size", "8", "--workers", "0", "--split", "val",
+                      "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    line, = [json.loads(x) for x in out.read_text().splitlines()]
+    assert line["ok"] and line["split"] == "val" and line["images"] == 15
+    assert line["missing"] == 0 and line["steps"] == [2, 2] and sum(line["per_rank"]) == 15
+
+
 @pytest.mark.parametrize("local_rank, local_world, gpus, expected", [
     (0, 2, 0, ("cpu", "gloo")),          # no GPU
     (1, 2, 2, ("cuda:1", "nccl")),       # one GPU per rank

@@ -81,7 +81,8 @@
 # (plot_timeline.py), pinned / registered / pageable copy bandwidth (bench_h2d.py), the
 # training crops' GPU time (bench_gpu_crop.py) and the stream demos.
 # ranks fixed: every image exactly once over 2 ranks for 2 epochs from one .tgz, and for one
-# from 16 shards, resume under 2 ranks (scripts/check_ranks.py); then, on either kind,
+# from 16 shards, resume under 2 ranks, each split of an archive of two (scripts/check_ranks.py
+# --split: 7,000 train and 1,000 val images); then, on either kind,
 # ResNet-18 and ResNet-50 from one .tgz with the default decode (3 epochs) and their
 # data-on-GPU ceilings (train_resnet.py --data-on-gpu), on 1 GPU and on 2: steady img/s after
 # 10 steps of each epoch. (The suite, `tests`, holds the second-GPU and distributed tests.)
@@ -207,6 +208,13 @@ ranks() {  # one data kind per call: fixed (with the rank checks) or photos
     python3 -m torch.distributed.run --nproc-per-node=2 scripts/check_ranks.py --data \
       "$data/$kind-32000-shard-*.tgz" --epochs 1 --workers 15 --out "$out/ranks-shards.jsonl" \
       2>&1 | grep '^{'
+    echo "== exactly once: 2 ranks, each split of a train/ + val/ .tgz (every 8th image val)"
+    ensure_archive "$data/splits-8000.tgz" --images 8000 --val-every 8
+    for split in train val; do
+      python3 -m torch.distributed.run --nproc-per-node=2 scripts/check_ranks.py --data \
+        "$data/splits-8000.tgz" --split $split --epochs 2 --workers 15 \
+        --out "$out/ranks-split-$split.jsonl" 2>&1 | grep '^{'
+    done
   fi
   # Each rank has its own 16 cores (the 1-GPU run is held to half the host; the 2 ranks are
   # pinned, --pin-cores) and the loader's defaults. The loader runs take 3 epochs of STEPS (60)

@@ -25,7 +25,8 @@ their larger, varied sizes). Flat synthetic images would compress to a few KB
 and overstate decode throughput.
 
 Members are ``train/<wnid>/<wnid>_<i>.JPEG`` in a seeded shuffled order, with
-class folders named like ImageNet wnids. ``--shards N`` additionally writes the
+class folders named like ImageNet wnids (``--val-every N``: every N-th image of each class
+under ``val/<wnid>/``, an archive of two splits). ``--shards N`` additionally writes the
 same images as N archives ``<stem>-shard-00000.tgz`` ... (contiguous runs of the
 shuffled order), for recipes that read one shard per worker or rank.
 
@@ -125,6 +126,9 @@ def get_args_parser():
                         help=f"--sizes photos: this share of the photos progressive JPEGs, as "
                              f"web collections hold more of them (default {PROGRESSIVE_SHARE}; "
                              f"the other photos and their order stay as they are)")
+    parser.add_argument("--val-every", type=int, default=0, metavar="N",
+                        help="every N-th image of each class under val/<wnid>/, not train/: "
+                             "an archive of two splits, read one at a time (Options.split)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the images and of the member order")
     parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="worker processes; 1 runs in-process")
     parser.add_argument("--compresslevel", type=int, default=6, help="deflate level, 0-9")
@@ -140,10 +144,12 @@ def wnid(class_index):
     return f"n{10000000 + 7919 * class_index:08d}"
 
 
-def member_name(index, num_classes):
+def member_name(index, num_classes, val_every=0):
     # Round-robin labels give every class the same count (+-1).
     class_id = wnid(index % num_classes)
-    return f"train/{class_id}/{class_id}_{index}.JPEG"
+    # Every val_every-th round of the classes: each class the same share of val images.
+    split = "val" if val_every and index // num_classes % val_every == val_every - 1 else "train"
+    return f"{split}/{class_id}/{class_id}_{index}.JPEG"
 
 
 def random_colour(rng):
@@ -344,7 +350,7 @@ def generate_piece(task):
     blocks, jpeg_bytes = [], 0
     for index in indices:
         jpeg = make_jpeg(settings, index)
-        blocks.append(tar_member_block(member_name(index, settings["classes"]), jpeg))
+        blocks.append(tar_member_block(member_name(index, settings["classes"], settings["val_every"]), jpeg))
         jpeg_bytes += len(jpeg)
     tar_bytes = b"".join(blocks)
     return Piece(
@@ -466,6 +472,8 @@ def validate(args):
         raise ValueError("--images and --classes must be >= 1")
     if not 0 <= args.shards <= args.images:
         raise ValueError(f"--shards must be in 0..--images, got {args.shards}")
+    if args.val_every < 0 or args.val_every == 1:
+        raise ValueError(f"--val-every must be 0 (none) or >= 2, got {args.val_every}")
     if not 0 <= args.exif_share <= 1:
         raise ValueError(f"--exif-share must be in 0..1, got {args.exif_share}")
     if args.progressive_share is not None and (args.sizes != "photos"
@@ -521,6 +529,7 @@ def main(args):
         "compresslevel": args.compresslevel,
         "exif_share": args.exif_share,
         "progressive_share": args.progressive_share,
+        "val_every": args.val_every,
     }
     shard_of_piece, tasks = zip(*build_tasks(shuffled_order(args.images, args.seed), args.shards, settings))
 
