@@ -386,7 +386,8 @@ class SplitJpeg:
         # weakref callback), so a dropped loader leaves none behind.
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="imageloader-split")
         # At the lanes' priority: the helper decodes part of the lane's batch.
-        self._side = torch.cuda.Stream(self.device, priority=prefetch.side_stream_priority()) \
+        self._side = torch.cuda.Stream(
+            self.device, priority=prefetch.side_stream_priority(self.device)) \
             if self.device.type == "cuda" else None
         # Batches finished and not yet taken by the consumer (prefetch.Backlog; None: always
         # help), and the smoothed share of batches decoded while there were none.

@@ -97,12 +97,15 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return device
 
 
-def side_stream_priority() -> int:
-    """The CUDA priority of the loader's own streams: SIDE_STREAM_PRIORITY, or where that is
-    None the most urgent one torch allows on this device (lower is more urgent)."""
+def side_stream_priority(device: torch.device) -> int:
+    """The CUDA priority of the loader's own streams on `device`: SIDE_STREAM_PRIORITY, or
+    where that is None the most urgent one torch allows there (lower is more urgent)."""
     if SIDE_STREAM_PRIORITY is not None:
         return SIDE_STREAM_PRIORITY
-    return torch.cuda.Stream.priority_range()[1]
+    # Asked of the current device: outside the guard a loader on cuda:1 would make a context
+    # on cuda:0 (~500 MB of its memory, and a process on a GPU another job may own).
+    with torch.cuda.device(device):
+        return torch.cuda.Stream.priority_range()[1]
 
 
 @contextlib.contextmanager
@@ -445,7 +448,8 @@ class Prefetcher:
         """The side stream of the calling thread's lane (lane 0 outside submit threads)."""
         lane = getattr(self._lane, "index", 0)
         if lane not in self._sides:  # once per lane, not per epoch (timm's #2781)
-            priority = side_stream_priority() if self.priority is None else self.priority
+            priority = side_stream_priority(self.device) if self.priority is None \
+                else self.priority
             self._sides[lane] = torch.cuda.Stream(device=self.device, priority=priority)
         return self._sides[lane]
 
