@@ -49,6 +49,7 @@ stream (its "pre-sync"), so the previous batch's crops have read them first.
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import io
 import logging
@@ -216,11 +217,19 @@ class NvImageCodecJpeg:
         self.refused = 0  # JPEGs the engines refused and the other backends decoded
         # One C call per batch (nvbatch.py) where it builds, unless one_call=False; else the
         # Python API, decoding into kept images.
-        self.batch = self._batch_decoder(engine, threads, regions_from) \
-            if one_call is not False else None
-        if one_call and self.batch is None:
-            raise RuntimeError("nvImageCodec's one-call batch decode is unavailable here")
-        self.decoder = None if self.batch else self._make_decoder(engine, threads)
+        with self._on_device():
+            self.batch = self._batch_decoder(engine, threads, regions_from) \
+                if one_call is not False else None
+            if one_call and self.batch is None:
+                raise RuntimeError("nvImageCodec's one-call batch decode is unavailable here")
+            self.decoder = None if self.batch else self._make_decoder(engine, threads)
+
+    def _on_device(self):
+        """The decoder's device made current for the block: nvImageCodec makes or uses a CUDA
+        context on the calling thread's current device (cuda:0 in a lane's new thread) as well
+        as on the one it is given, so a loader on cuda:1 would hold one on cuda:0 too."""
+        return torch.cuda.device(self.device) if self.device.type == "cuda" \
+            else contextlib.nullcontext()
 
     def _setup(self, engine: str, threads: int | None) -> tuple[str, int | None, str]:
         """(backend, CPU threads, options) of a decoder on `engine`; backend as nvbatch names
@@ -290,6 +299,11 @@ class NvImageCodecJpeg:
         into new memory, the kept buffer or images untouched. With the engines alone ("hw")
         what they refuse is decoded once more with every backend, unless `retry` is False.
         `boxes` (left, top, right, bottom per JPEG): see `regions_from`."""
+        with self._on_device():
+            return self._decode_on_device(datas, fresh, retry, boxes)
+
+    def _decode_on_device(self, datas: list[np.ndarray], fresh: bool, retry: bool,
+                          boxes: np.ndarray | None) -> list:
         if self.batch is not None:
             out = self.batch.decode(datas, fresh=fresh, boxes=boxes)
             # None: refused by the engines, or a header that did not parse
@@ -317,7 +331,8 @@ class NvImageCodecJpeg:
         the engines refused is not `done`, for the caller to decode again."""
         if self.batch is None:
             return None
-        return self.batch.decode_at(starts, lengths, boxes=boxes)
+        with self._on_device():
+            return self.batch.decode_at(starts, lengths, boxes=boxes)
 
     def _decode_refused(self, streams: list, out: list) -> None:
         """What the hardware engines refused (a layout they lack), once more with every

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import importlib.util
 import os
 import subprocess
 import sys
@@ -291,12 +292,23 @@ def test_break_exception_and_second_iterator_return_buffers(tmp_path):
 
 @cuda
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
-def test_second_gpu_creates_no_context_on_the_first(tmp_path):
+@pytest.mark.parametrize("decode, gpu_decoder", [
+    ("cpu", "auto"), ("cuda", "nvimgcodec"), ("cuda", "torchvision"), ("cuda", "torchcodec"),
+    ("auto", "auto")])
+def test_second_gpu_creates_no_context_on_the_first(tmp_path, decode, gpu_decoder):
+    """A loader on cuda:1 leaves nothing on cuda:0, whichever decoder: nvImageCodec used the
+    lane thread's current device (cuda:0) besides its own, and so did the side streams'
+    priority range (2-GPU H200, results/2026-11-30-h200x2-suite)."""
+    pytest.importorskip("pynvml")
+    if gpu_decoder in ("nvimgcodec", "torchcodec") and importlib.util.find_spec(
+            {"nvimgcodec": "nvidia.nvimgcodec", "torchcodec": "torchcodec"}[gpu_decoder]) is None:
+        pytest.skip(f"{gpu_decoder} is not installed")
     path = write_archive(tmp_path / "a.tgz", labeled_files(2, 4))
     code = f"""
 import os, torch, pynvml
-from imageloader import ImageLoader
-with ImageLoader({str(path)!r}, batch_size=4, size=16, device="cuda:1", workers=1) as loader:
+from imageloader import ImageLoader, Options
+with ImageLoader({str(path)!r}, batch_size=4, size=16, device="cuda:1", workers=1,
+                 decode={decode!r}, options=Options(gpu_decoder={gpu_decoder!r})) as loader:
     for x, y in loader:
         assert x.device == torch.device("cuda:1")
 pynvml.nvmlInit()
@@ -304,9 +316,10 @@ pids = [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(
     pynvml.nvmlDeviceGetHandleByIndex(0))]
 print("ON_GPU0" if os.getpid() in pids else "CLEAN")
 """
-    pytest.importorskip("pynvml")
+    # The child imports what this process does (the decoders' wheels may lie on PYTHONPATH).
+    paths = os.pathsep.join([os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": os.getcwd()})
+                         env={**os.environ, "PYTHONPATH": paths})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("CLEAN"), out.stdout
 
