@@ -224,6 +224,20 @@ class NvImageCodecJpeg:
                 raise RuntimeError("nvImageCodec's one-call batch decode is unavailable here")
             self.decoder = None if self.batch else self._make_decoder(engine, threads)
 
+    def close(self) -> None:
+        """Free the decoders and the kept images with the device current (see `_on_device`):
+        wherever the last reference goes, a loader on cuda:1 makes no context on cuda:0."""
+        with self._on_device():
+            if self.batch is not None:
+                self.batch.close()
+            self.kept, self.decoder, self._fallback = [], None, None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001  (at interpreter exit torch may be half torn down)
+            pass
+
     def _on_device(self):
         """The decoder's device made current for the block: nvImageCodec makes or uses a CUDA
         context on the calling thread's current device (cuda:0 in a lane's new thread) as well

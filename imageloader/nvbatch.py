@@ -31,6 +31,7 @@ faster, one lane or two, only lighter on GPU memory (scripts/bench/results/2026-
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -412,7 +413,12 @@ class BatchDecoder:
 
     def close(self) -> None:
         if self.handle:
-            self.lib.bd_destroy(self.handle)
+            # Its device current: destroying frees memory and streams through the CUDA
+            # runtime, which on another device (the main thread's cuda:0, where the loader
+            # is on cuda:1) would first make a context there.
+            with torch.cuda.device(self.device) if self.device.type == "cuda" \
+                    else contextlib.nullcontext():
+                self.lib.bd_destroy(self.handle)
             self.handle = None
 
     def __del__(self):
