@@ -224,24 +224,23 @@ class NvImageCodecJpeg:
                 raise RuntimeError("nvImageCodec's one-call batch decode is unavailable here")
             self.decoder = None if self.batch else self._make_decoder(engine, threads)
 
-    def close(self) -> None:
-        """Free the decoders and the kept images with the device current (see `_on_device`):
-        wherever the last reference goes, a loader on cuda:1 makes no context on cuda:0."""
-        with self._on_device():
-            if self.batch is not None:
-                self.batch.close()
-            self.kept, self.decoder, self._fallback = [], None, None
-
     def __del__(self):
+        # The decoders and kept images are freed with the device current (see _on_device),
+        # in whichever thread the last reference goes.
         try:
-            self.close()
+            with self._on_device():
+                if self.batch is not None:
+                    self.batch.close()
+                self.kept, self.decoder, self._fallback = [], None, None
         except Exception:  # noqa: BLE001  (at interpreter exit torch may be half torn down)
             pass
 
     def _on_device(self):
-        """The decoder's device made current for the block: nvImageCodec makes or uses a CUDA
-        context on the calling thread's current device (cuda:0 in a lane's new thread) as well
-        as on the one it is given, so a loader on cuda:1 would hold one on cuda:0 too."""
+        """The decoder's device made current for the block. nvImageCodec makes its streams
+        and events on the calling thread's current device, whatever device it is given (its
+        source: PerStream, PerThread), and the CUDA runtime makes a context on that device
+        for any call there. A thread's current device is cuda:0 until set, so a loader on
+        cuda:1 held a context on cuda:0 as well (2-GPU H200, results/2026-11-30-h200x2-suite)."""
         return torch.cuda.device(self.device) if self.device.type == "cuda" \
             else contextlib.nullcontext()
 

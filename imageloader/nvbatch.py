@@ -422,4 +422,7 @@ class BatchDecoder:
             self.handle = None
 
     def __del__(self):
-        self.close()
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001  (at interpreter exit torch may be half torn down)
+            pass
