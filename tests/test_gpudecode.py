@@ -137,6 +137,7 @@ def test_screening_finds_a_cut_progressive_jpeg_whose_later_segment_holds_the_en
     second_scan = progressive.index(b"\xff\xda", progressive.index(b"\xff\xda") + 2)
     comment = b"\xff\xfe\x00\x08ab\xff\xd9cd"  # a segment holding the end marker's bytes
     whole = progressive[:second_scan] + comment + progressive[second_scan:]
+
     def screened(data):  # progressive JPEGs of any size for the GPU, as a route may send
         return gpu_screen(data, "RGB", Limits(), progressive_pixels=10**9)[0]
     assert screened(whole) is None

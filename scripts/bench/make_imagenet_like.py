@@ -350,7 +350,8 @@ def generate_piece(task):
     blocks, jpeg_bytes = [], 0
     for index in indices:
         jpeg = make_jpeg(settings, index)
-        blocks.append(tar_member_block(member_name(index, settings["classes"], settings["val_every"]), jpeg))
+        name = member_name(index, settings["classes"], settings["val_every"])
+        blocks.append(tar_member_block(name, jpeg))
         jpeg_bytes += len(jpeg)
     tar_bytes = b"".join(blocks)
     return Piece(
