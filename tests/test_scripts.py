@@ -1488,3 +1488,34 @@ def test_probe_engines_makes_every_kind_and_names_each_from_its_header(monkeypat
     sizes = {label.split()[1]: probe.kind_and_size(data)[1] for label, data in made}
     assert (sizes["64x48"], sizes["333x251"], sizes["500x375"], sizes["2600x1950"]) == \
         ("<0.1 MP", "<0.1 MP", "0.1-1 MP", ">=1 MP")
+
+
+FAKE_NVML = '''
+import os
+calls = 0
+def nvmlInit(): pass
+def nvmlDeviceGetHandleByIndex(index): return index
+def nvmlDeviceGetComputeRunningProcesses(handle):
+    global calls
+    calls += 1
+    class Process: pid = os.getpid()
+    return [Process()] if calls >= 3 else []  # on "GPU 0" from the third step on
+'''
+
+
+def test_probe_second_gpu_names_the_first_step_on_gpu0(tmp_path, monkeypatch):
+    """probe_second_gpu.py runs each case in a fresh process and reports the first step after
+    which nvml lists the process on GPU 0: with a stand-in for nvml that lists it from the
+    third call on, a loader case (on the CPU here) reports "made", after "start" and
+    "imported", and every later step."""
+    (tmp_path / "pynvml.py").write_text(FAKE_NVML)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    out = tmp_path / "probe.jsonl"
+    probe = load_script("probe_second_gpu", monkeypatch)
+    probe.main(script_args(probe, "--device", "cpu", "--cases", "loader-cpu", "--out",
+                           str(out)))
+    line, = [json.loads(x) for x in out.read_text().splitlines()]
+    assert "error" not in line and line["first_on_gpu0"] == "made"
+    assert line["steps"] == {"start": False, "imported": False, "made": True,
+                             "first batch": True, "epoch": True, "closed": True,
+                             "dropped": True}
