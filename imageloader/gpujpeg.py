@@ -239,8 +239,9 @@ class NvImageCodecJpeg:
         """The decoder's device made current for the block. nvImageCodec makes its streams
         and events on the calling thread's current device, whatever device it is given (its
         source: PerStream, PerThread), and the CUDA runtime makes a context on that device
-        for any call there. A thread's current device is cuda:0 until set, so a loader on
-        cuda:1 held a context on cuda:0 as well (2-GPU H200, results/2026-11-30-h200x2-suite)."""
+        for any call there. A thread's current device is cuda:0 until set, so a decoder for
+        cuda:1 made or dropped in a script that set none would put one on cuda:0 as well
+        (what else does, on a 2-GPU H200: results/2026-11-30-h200x2-suite)."""
         return torch.cuda.device(self.device) if self.device.type == "cuda" \
             else contextlib.nullcontext()
 
