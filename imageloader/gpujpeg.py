@@ -49,7 +49,6 @@ stream (its "pre-sync"), so the previous batch's crops have read them first.
 from __future__ import annotations
 
 import collections
-import contextlib
 import ctypes
 import io
 import logging
@@ -65,7 +64,7 @@ import torch
 
 from . import prefetch
 from .decode import progressive_route
-from .nvbatch import LOAD_HINT_ALL, stream_handle
+from .nvbatch import LOAD_HINT_ALL, on_device, stream_handle
 
 log = logging.getLogger(__name__)
 DECODERS = ("nvimgcodec", "torchcodec", "torchvision")
@@ -217,7 +216,7 @@ class NvImageCodecJpeg:
         self.refused = 0  # JPEGs the engines refused and the other backends decoded
         # One C call per batch (nvbatch.py) where it builds, unless one_call=False; else the
         # Python API, decoding into kept images.
-        with self._on_device():
+        with on_device(self.device):
             self.batch = self._batch_decoder(engine, threads, regions_from) \
                 if one_call is not False else None
             if one_call and self.batch is None:
@@ -225,25 +224,15 @@ class NvImageCodecJpeg:
             self.decoder = None if self.batch else self._make_decoder(engine, threads)
 
     def __del__(self):
-        # The decoders and kept images are freed with the device current (see _on_device),
+        # The decoders and kept images are freed with the device current (nvbatch.on_device),
         # in whichever thread the last reference goes.
         try:
-            with self._on_device():
+            with on_device(self.device):
                 if self.batch is not None:
                     self.batch.close()
                 self.kept, self.decoder, self._fallback = [], None, None
         except Exception:  # noqa: BLE001  (at interpreter exit torch may be half torn down)
             pass
-
-    def _on_device(self):
-        """The decoder's device made current for the block. nvImageCodec makes its streams
-        and events on the calling thread's current device, whatever device it is given (its
-        source: PerStream, PerThread), and the CUDA runtime makes a context on that device
-        for any call there. A thread's current device is cuda:0 until set, so a decoder for
-        cuda:1 made or dropped in a script that set none would put one on cuda:0 as well
-        (what else does, on a 2-GPU H200: results/2026-11-30-h200x2-suite)."""
-        return torch.cuda.device(self.device) if self.device.type == "cuda" \
-            else contextlib.nullcontext()
 
     def _setup(self, engine: str, threads: int | None) -> tuple[str, int | None, str]:
         """(backend, CPU threads, options) of a decoder on `engine`; backend as nvbatch names
@@ -313,7 +302,7 @@ class NvImageCodecJpeg:
         into new memory, the kept buffer or images untouched. With the engines alone ("hw")
         what they refuse is decoded once more with every backend, unless `retry` is False.
         `boxes` (left, top, right, bottom per JPEG): see `regions_from`."""
-        with self._on_device():
+        with on_device(self.device):
             return self._decode_on_device(datas, fresh, retry, boxes)
 
     def _decode_on_device(self, datas: list[np.ndarray], fresh: bool, retry: bool,
@@ -345,7 +334,7 @@ class NvImageCodecJpeg:
         the engines refused is not `done`, for the caller to decode again."""
         if self.batch is None:
             return None
-        with self._on_device():
+        with on_device(self.device):
             return self.batch.decode_at(starts, lengths, boxes=boxes)
 
     def _decode_refused(self, streams: list, out: list) -> None:

@@ -169,6 +169,16 @@ def stream_handle(device: torch.device) -> int:
     return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
 
 
+def on_device(device: torch.device):
+    """`device` made current for the block (nothing on the CPU). nvImageCodec makes its
+    streams and events on the calling thread's current device, whatever device it is given
+    (its source: PerStream, PerThread), and frees them there; the CUDA runtime makes a
+    context on that device for any call. A thread's current device is cuda:0 until set, so a
+    decoder for cuda:1 made or dropped in a script that set none would put one on cuda:0 as
+    well (what else does, on a 2-GPU H200: results/2026-11-30-h200x2-suite)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 class Decoded:
     """One decoded image inside a batch's buffer, C x H x W uint8, read by address: `geometry`
     as gpucrop.image_geometry gives it, and the array interfaces torch and numpy view it by.
@@ -413,11 +423,7 @@ class BatchDecoder:
 
     def close(self) -> None:
         if self.handle:
-            # Its device current: destroying frees memory and streams through the CUDA
-            # runtime, which on another device (the main thread's cuda:0, where the loader
-            # is on cuda:1) would first make a context there.
-            with torch.cuda.device(self.device) if self.device.type == "cuda" \
-                    else contextlib.nullcontext():
+            with on_device(self.device):  # nvImageCodec frees where the device is current
                 self.lib.bd_destroy(self.handle)
             self.handle = None
 
