@@ -21,21 +21,19 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import io
 import json
 import os
 import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
-import numpy as np
-from PIL import Image
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+from make_imagenet_like import encode_jpeg, synthesize_image  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-
-# Run in the child: STEP marks a step; the parent reads the lines.
+# Run in the child: step(name) prints a JSON line per step, which the parent reads.
 CHILD = r'''
 import gc, io, json, os, sys
 import numpy as np, torch, pynvml
@@ -113,21 +111,11 @@ def get_args_parser():
     return p
 
 
-def jpeg(width: int, height: int, seed: int) -> bytes:
-    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), np.uint8)
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, "JPEG", quality=85)
-    return out.getvalue()
-
-
 def write_archive(path: str) -> None:
-    """24 JPEGs of 2 classes, of a few sizes."""
-    with tarfile.open(path, "w:gz") as tar:
-        for i in range(24):
-            data = jpeg(64 + 16 * (i % 4), 48 + 8 * (i % 3), i)
-            info = tarfile.TarInfo(f"train/c{i % 2}/{i:02d}.jpg")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+    """24 photo-like JPEGs of 2 classes (make_imagenet_like.py)."""
+    subprocess.run([sys.executable, str(HERE / "make_imagenet_like.py"), "--images", "24",
+                    "--classes", "2", "--width", "96", "--height", "64", "--jobs", "1",
+                    "--out", path], check=True, capture_output=True)
 
 
 def installed(case: str) -> bool:
@@ -137,10 +125,10 @@ def installed(case: str) -> bool:
     return module is None or importlib.util.find_spec(module) is not None
 
 
-def run_case(case: str, args, archive: str) -> dict:
+def run_case(case: str, args, archive: str, jpeg: bytes) -> dict:
     settings = (f"ROOT = {str(ROOT)!r}\nDEVICE = {args.device!r}\n"
                 f"SET_DEVICE = {args.set_device!r}\nCASE = {case!r}\n"
-                f"ARCHIVE = {archive!r}\nJPEG = {jpeg(96, 64, 0)!r}\n")
+                f"ARCHIVE = {archive!r}\nJPEG = {jpeg!r}\n")
     done = subprocess.run([sys.executable, "-c", settings + CHILD], capture_output=True,
                           text=True, timeout=300, env={**os.environ})
     steps = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
@@ -156,7 +144,8 @@ def main(args) -> None:
     with tempfile.TemporaryDirectory() as folder:
         archive = os.path.join(folder, "two.tgz")
         write_archive(archive)
-        lines = [run_case(case, args, archive) for case in args.cases if installed(case)]
+        jpeg = encode_jpeg(synthesize_image(0, 0, 96, 64), 90)  # the decoders-alone cases'
+        lines = [run_case(case, args, archive, jpeg) for case in args.cases if installed(case)]
     for line in lines:
         print(json.dumps(line), flush=True)
     if args.out:
