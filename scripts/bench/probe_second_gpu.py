@@ -7,7 +7,9 @@ out).
 
 Cases:
 - `nvimgcodec-api`: nvImageCodec's Python API alone (a `Decoder` given the device, one JPEG
-  decoded on a stream of that device, then dropped): is it nvImageCodec itself?
+  decoded on a stream of that device, then dropped): is it nvImageCodec itself? On the
+  hardware engines; `nvimgcodec-api-cuda` on its CUDA (hybrid) decoder,
+  `nvimgcodec-api-all` with every backend it has.
 - `nvimgcodec-ours`: our `gpujpeg.NvImageCodecJpeg` on the hardware engines, the same steps;
 - `loader-<decoder>`: an `ImageLoader` on the device (`decode="cpu"`, or `"cuda"` with that
   `gpu_decoder`, or every default): made, its first batch, the rest of the epoch, closed,
@@ -49,12 +51,14 @@ device = torch.device(DEVICE)
 if SET_DEVICE:
     torch.cuda.set_device(device)
 step("start")
-if CASE == "nvimgcodec-api":
+if CASE.startswith("nvimgcodec-api"):
     from imageloader.gpujpeg import _load_nvjpeg_wheel
     _load_nvjpeg_wheel()
     from nvidia import nvimgcodec as nv
     step("imported")
-    decoder = nv.Decoder(device_id=device.index, backends=[nv.Backend(nv.HW_GPU_ONLY)])
+    backend = {"nvimgcodec-api": nv.HW_GPU_ONLY, "nvimgcodec-api-cuda": nv.GPU_ONLY}.get(CASE)
+    backends = {} if backend is None else {"backends": [nv.Backend(backend)]}
+    decoder = nv.Decoder(device_id=device.index, **backends)
     step("made")
     stream = torch.cuda.Stream(device)
     image = decoder.decode([nv.CodeStream(np.frombuffer(JPEG, np.uint8))],
@@ -105,8 +109,8 @@ def get_args_parser():
     p.add_argument("--set-device", action="store_true",
                    help="make the device current in each case's main thread first")
     p.add_argument("--cases", nargs="+", default=[
-        "nvimgcodec-api", "nvimgcodec-ours", "loader-cpu", "loader-torchvision",
-        "loader-torchcodec", "loader-nvimgcodec", "loader-defaults"])
+        "nvimgcodec-api", "nvimgcodec-api-cuda", "nvimgcodec-api-all", "nvimgcodec-ours",
+        "loader-cpu", "loader-torchvision", "loader-torchcodec", "loader-nvimgcodec", "loader-defaults"])
     p.add_argument("--out", default=None, help="also write the JSON lines here")
     return p
 
