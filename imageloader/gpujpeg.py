@@ -200,8 +200,7 @@ class NvImageCodecJpeg:
                  regions_from: int | None = None):
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
-        _load_nvjpeg_wheel()
-        from nvidia import nvimgcodec as nv
+        nv = _import_nvimgcodec(device)
         self.nv, self.device, self.engine, self.mode = nv, device, engine, mode
         gray = mode != "RGB"
         self.params = nv.DecodeParams(
@@ -534,6 +533,17 @@ def _rows(boxes: np.ndarray | None, which: list[int]) -> dict:
 
 def _pixels(stream) -> int:
     return -1 if stream is None else stream.width * stream.height
+
+
+def _import_nvimgcodec(device: torch.device):
+    """nvImageCodec's module, first imported with `device` current: the import itself makes a
+    CUDA context on the current device, so a process that works on cuda:1 alone and imported
+    it with cuda:0 current would hold ~500 MB of GPU 0 as well (probe_second_gpu.py on a
+    2-GPU H200: on GPU 0 from the import on; results/2026-11-30-h200x2-second-gpu)."""
+    with on_device(device):
+        _load_nvjpeg_wheel()
+        from nvidia import nvimgcodec
+    return nvimgcodec
 
 
 def _load_nvjpeg_wheel() -> None:

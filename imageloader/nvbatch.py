@@ -175,7 +175,7 @@ def on_device(device: torch.device):
     (its source: PerStream, PerThread), and frees them there; the CUDA runtime makes a
     context on that device for any call. A thread's current device is cuda:0 until set, so a
     decoder for cuda:1 made or dropped in a script that set none would put one on cuda:0 as
-    well (what else does, on a 2-GPU H200: results/2026-11-30-h200x2-suite)."""
+    well; so would importing nvImageCodec (gpujpeg._import_nvimgcodec)."""
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
