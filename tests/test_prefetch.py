@@ -296,10 +296,10 @@ def test_break_exception_and_second_iterator_return_buffers(tmp_path):
     ("cpu", "auto"), ("cuda", "nvimgcodec"), ("cuda", "torchvision"), ("cuda", "torchcodec"),
     ("auto", "auto")])
 def test_second_gpu_creates_no_context_on_the_first(tmp_path, decode, gpu_decoder):
-    """A loader on cuda:1 leaves nothing on cuda:0, whichever decoder. The side streams'
-    priority range was asked of the current device (cuda:0 in a thread that set none), and
-    nvImageCodec makes and frees its streams there (2-GPU H200,
-    results/2026-11-30-h200x2-suite)."""
+    """A loader on cuda:1 leaves nothing on cuda:0, whichever decoder. Two causes, both found
+    on a 2-GPU H200 with a main thread that set no device (cuda:0 current): the side streams'
+    priority range was asked of the current device, and importing nvImageCodec makes a
+    context on the current device (results/2026-11-30-h200x2-suite, -second-gpu)."""
     pytest.importorskip("pynvml")
     if gpu_decoder in ("nvimgcodec", "torchcodec") and importlib.util.find_spec(
             {"nvimgcodec": "nvidia.nvimgcodec", "torchcodec": "torchcodec"}[gpu_decoder]) is None:

@@ -8,7 +8,7 @@ out).
 Cases:
 - `nvimgcodec-api`: nvImageCodec's Python API alone (a `Decoder` given the device, one JPEG
   decoded on a stream of that device, then dropped): is it nvImageCodec itself? On the
-  hardware engines; `nvimgcodec-api-cuda` on its CUDA (hybrid) decoder,
+  hardware engines; `nvimgcodec-api-cuda` on its CUDA decoder (the hybrid backend),
   `nvimgcodec-api-all` with every backend it has.
 - `nvimgcodec-ours`: our `gpujpeg.NvImageCodecJpeg` on the hardware engines, the same steps;
 - `loader-<decoder>`: an `ImageLoader` on the device (`decode="cpu"`, or `"cuda"` with that
@@ -56,7 +56,10 @@ if CASE.startswith("nvimgcodec-api"):
     _load_nvjpeg_wheel()
     from nvidia import nvimgcodec as nv
     step("imported")
-    backend = {"nvimgcodec-api": nv.HW_GPU_ONLY, "nvimgcodec-api-cuda": nv.GPU_ONLY}.get(CASE)
+    # "cuda": the backend our engine "cuda" uses (nvImageCodec refuses GPU_ONLY alone: "Could
+    # not create decoder. Code: 7", 2-GPU H200)
+    backend = {"nvimgcodec-api": nv.HW_GPU_ONLY,
+               "nvimgcodec-api-cuda": nv.HYBRID_CPU_GPU}.get(CASE)
     backends = {} if backend is None else {"backends": [nv.Backend(backend)]}
     decoder = nv.Decoder(device_id=device.index, **backends)
     step("made")
