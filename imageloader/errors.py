@@ -118,11 +118,30 @@ def check_policy(name: str, value: str) -> str:
     return value
 
 
-def check_split(split) -> None:
-    """Options.split names a split folder: one of SPLIT_NAMES (any case), or None."""
-    if split is not None and (not isinstance(split, str) or split.lower() not in SPLIT_NAMES):
-        raise ValueError(f"split must be None or the name of a split folder, one of "
-                         f"{', '.join(sorted(SPLIT_NAMES))} (any case), got {split!r}")
+def check_split(split) -> str | tuple[str, ...] | None:
+    """Options.split as the loader keeps it: None; the name of a split folder, one of
+    SPLIT_NAMES (any case), in lower case (read.split_folder's spelling); or several names, a
+    sorted tuple of them in lower case (one name given as a list is that name)."""
+    if split is None:
+        return None
+    names = [split] if isinstance(split, str) else (
+        list(split) if isinstance(split, (list, tuple, set, frozenset)) else [None])
+    if not names or any(not isinstance(n, str) or n.lower() not in SPLIT_NAMES for n in names):
+        raise ValueError(f"split must be None, the name of a split folder, or several names "
+                         f"(read as one set); names are {', '.join(sorted(SPLIT_NAMES))} (any "
+                         f"case), got {split!r}")
+    lowered = sorted({name.lower() for name in names})
+    return lowered[0] if len(lowered) == 1 else tuple(lowered)
+
+
+def two_splits_message(splits: int, found: str, first: str) -> str:
+    """Every refusal of images of several splits read as one set: `found` says where they
+    are, `first` is the split a loader would read alone."""
+    return (f"images of {splits} splits found ({found}): one loader would read them all as one "
+            f"set, its classes being the folders below each split. Give each split its own "
+            f"loader: Options(split={first!r}) reads only the images below that folder; to "
+            f"read several as one set on purpose (a last run on train and val), name them: "
+            f"Options(split=('train', 'val'))")
 
 
 def merge_counts(total: Counter, part: dict) -> Counter:

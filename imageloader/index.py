@@ -22,7 +22,7 @@ import os
 from array import array
 
 from . import remote
-from .read import Region, choose_inflater
+from .read import Region, choose_inflater, split_names
 
 log = logging.getLogger(__name__)
 INDEX_SUFFIX = ".gzindex"
@@ -141,12 +141,12 @@ class Recorder:
         return starts
 
 
-def regions_from(path: str, payload: dict | None, split: str | None = None
+def regions_from(path: str, payload: dict | None, split: str | tuple[str, ...] | None = None
                  ) -> list[Region] | None:
     """The regions a fresh sidecar describes; None if it has none, or their index file is
     stale (`index_is_stale`) or cannot be used here (no rapidgzip). With `split`, each
-    region's images are those of that split folder (some may have none: still read, so that
-    the members skipped there are counted as in one pass)."""
+    region's images are those of that split folder, or those split folders (some may have
+    none: still read, so that the members skipped there are counted as in one pass)."""
     if not payload or index_is_stale(path, payload):
         return None
     index = os.path.join(_folder_of_index(path), payload["index"]) if payload["index"] else None
@@ -158,7 +158,8 @@ def regions_from(path: str, payload: dict | None, split: str | None = None
     rows = payload["starts"]
     ends = [row[0] for row in rows[1:]] + [None]
     return [Region(path, int(start), None if end is None else int(end), int(entry),
-                   int(images if split is None else splits.get(split, 0)), index)
+                   int(images if split is None else
+                       sum(splits.get(name, 0) for name in split_names(split))), index)
             for (start, entry, images, splits), end in zip(rows, ends)]
 
 

@@ -49,7 +49,7 @@ from .read import Region, Source, expand_sources
 from .remote import RemoteOptions, share_scans
 from .runtime import LocalProducer, Runtime
 from .share import FixedShare, check_share, share_control
-from .vocab import Vocabulary, as_vocabulary, cached_image_count
+from .vocab import Vocabulary, as_vocabulary, cached_image_count, refuse_two_splits
 from .workers import WorkerPool
 
 log = logging.getLogger(__name__)
@@ -91,10 +91,12 @@ class Options:
                                         # None: see _default_readers
     regions: bool = True                # training from fewer archives than readers: split
                                         # them into regions that readers inflate separately
-    split: str | None = None            # read only the images below folders of this name
-                                        # above the class folders ("train" for an archive
-                                        # of train/<class>/... and val/<class>/...); None:
-                                        # every image, refused if they come from two splits
+    split: str | tuple[str, ...] | None = None  # read only the images below folders of
+                                        # this name above the class folders ("train" for an
+                                        # archive of train/<class>/... and val/<class>/...),
+                                        # or of these names, as one set (("train", "val"));
+                                        # None: every image, refused if they come from two
+                                        # splits (vocab= given or not)
     plain_copy: PlainCopy | None = PlainCopy()  # gzip archives are inflated once, into an
                                         # uncompressed copy that every epoch reads (cache.py;
                                         # by default beside the archive, if 10% of the disk
@@ -293,9 +295,8 @@ class ImageLoader:
             raise ValueError(f"cpu_large must be None or a number of pixels >= 1, got "
                              f"{options.cpu_large!r}")
         check_lanes(options.gpu_lanes)  # errors whatever the decode, as cpu_share's
-        check_split(options.split)
-        if options.split is not None:  # split folders are known in lower case (split_folder)
-            self.options = options = dataclasses.replace(options, split=options.split.lower())
+        # Split folders are known in lower case (split_folder), several as a sorted tuple
+        self.options = options = dataclasses.replace(options, split=check_split(options.split))
         self.sources = tuple(expand_sources(source, options.remote))
         share_scans(self.sources, limits=options.limits, inflate=options.inflate)
         self.batch_size, self.train, self.seed, self.drop_last = batch_size, train, seed, drop_last
@@ -307,6 +308,7 @@ class ImageLoader:
                                     inflate=options.inflate)
         self.vocab = as_vocabulary(vocab) or Vocabulary.from_archives(
             self.sources, limits=options.limits, inflate=options.inflate, split=options.split)
+        self._vocab_given = vocab is not None  # then no scan has refused two splits yet
         self.decoder = Decoder(Augment.make(size, train), mode=mode, limits=options.limits,
                                formats=options.formats, transform=transform)
         self.normalize = Normalize() if normalize is True else (normalize or None)
@@ -363,13 +365,18 @@ class ImageLoader:
         """Parts, order, counts and steps of every epoch; decided on first use."""
         if self._plan is None:
             o = self.options
-            self._plan = make_plan(Settings(
+            plan = make_plan(Settings(
                 self.sources, dict(self.vocab.index), self.batch_size, self.seed,
                 self.shuffle_buffer, self.drop_last, self.rank, self.world_size, self.workers,
                 gpu=self._gpu is not None, options=o, copies=dict(self._copies),
                 extra={"train": self.train, "size": list(self.decoder.augment.size),
                        "mode": self.decoder.mode, "decode": self.decode,
                        "on_error": o.on_error, "formats": list(o.formats)}))
+            # Given classes say nothing of splits; the scans the plan made (regions), or
+            # earlier ones, may. After the plan, so a failed check leaves none decided.
+            if self._vocab_given and o.split is None:
+                refuse_two_splits(self.sources)
+            self._plan = plan
         return self._plan
 
     @property

@@ -56,7 +56,8 @@ class Plan:
     copies: dict = field(default_factory=dict)  # archive -> its plain copy (cache.py): read
                                                 # instead, the same bytes, so not in the
                                                 # fingerprint
-    split: str | None = None    # only the images below split folders of this name
+    split: str | tuple[str, ...] | None = None  # only the images below split folders of
+                                                # this name (or these: errors.check_split)
 
     @property
     def ordered(self) -> bool:
@@ -162,7 +163,9 @@ class Plan:
                 "batch_size": self.batch_size, "seed": self.seed,
                 "shuffle_buffer": self.shuffle_buffer, "drop_last": self.drop_last,
                 "uneven": self.uneven, "unknown_labels": self.unknown_labels,
-                "limits": _digest(dataclasses.astuple(self.limits)), "split": self.split,
+                "limits": _digest(dataclasses.astuple(self.limits)),
+                # several splits as a list: a checkpoint kept as JSON compares equal
+                "split": list(self.split) if isinstance(self.split, tuple) else self.split,
                 **self.extra}
 
 

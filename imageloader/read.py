@@ -477,6 +477,18 @@ def split_folder(name: str) -> str | None:
                 None)
 
 
+def split_names(split: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    """The split folders that Options.split (as errors.check_split returns it) reads; none
+    for None (every image)."""
+    return () if split is None else (split,) if isinstance(split, str) else split
+
+
+def in_split(folder: str | None, split: str | tuple[str, ...] | None) -> bool:
+    """Whether an image below split folder `folder` (split_folder) is one that `split`
+    reads."""
+    return split is None or folder in split_names(split)
+
+
 def _readable_name(name: str) -> str:
     """The member name with each path component that is not valid UTF-8 decoded as Windows-1252
     (Latin-1 where cp1252 leaves a byte undefined).

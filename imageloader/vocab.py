@@ -6,7 +6,8 @@ is written to `<archive>.classes.json` when the folder is writable and reused wh
 size and modification time are unchanged (a remote archive's sidecar lives in a local cache
 folder and is reused while the object's size and version are: remote.py). The sidecar also
 stores images per class, which gives the loader its length without another pass, and per split
-folder above the classes (train, val, ...): one loader refuses images of two splits.
+folder above the classes (train, val, ...): one loader refuses images of two splits unless
+it names them (Options(split=...)).
 """
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Mapping
 
 from . import remote
-from .errors import LAYOUT, PACK_HINT, SPLIT_NAMES, Limits, counted
+from .errors import (LAYOUT, PACK_HINT, SPLIT_NAMES, Limits, check_split, counted,
+                     two_splits_message)
 from .index import file_stamp, index_is_stale, recorder_for, regions_from
 from .read import (IMAGE_EXTENSIONS, Region, Source, expand_sources, iter_members,
-                   source_name, split_folder)
+                   source_name, split_folder, split_names)
 
 log = logging.getLogger(__name__)
 SIDECAR_SUFFIX = ".classes.json"
@@ -82,9 +84,11 @@ class Vocabulary:
     def from_archives(cls, source: Source | Iterable[Source], *, limits: Limits = Limits(),
                       inflate: str = "auto", write_sidecar: bool = True,
                       remote_options: remote.RemoteOptions | None = None,
-                      split: str | None = None) -> "Vocabulary":
+                      split: str | tuple[str, ...] | None = None) -> "Vocabulary":
         """Scan archives (or reuse their sidecars) and return the union of their classes;
-        with `split`, of the images below split folders of that name only."""
+        with `split`, of the images below split folders of that name, or those names, only
+        (any case, as Options.split)."""
+        split = check_split(split)
         sources = expand_sources(source, remote_options)
         streams = [s for s in sources if hasattr(s, "read")]
         if streams:
@@ -96,9 +100,11 @@ class Vocabulary:
         counts: Counter = Counter()
         for scan in scans:
             counts.update(scan_classes(scan, split))
+        missing = [name for name in split_names(split)
+                   if not any(scan["splits"].get(name) for scan in scans)]
+        if missing:  # a split named and not there is a typo or the wrong archive
+            raise ValueError(_no_split_message(sources, scans, missing))
         if not counts:
-            if split is not None:
-                raise ValueError(_no_split_message(sources, scans, split))
             skipped = [scan.get("skipped", {}) for scan in scans]
             raise ValueError(_no_images_message(sources, skipped))
         _check_classes(sources, counts)
@@ -107,15 +113,35 @@ class Vocabulary:
         return cls(counts.keys(), counts)
 
 
-def scan_classes(scan: dict, split: str | None) -> dict[str, int]:
+def scan_classes(scan: dict, split: str | tuple[str, ...] | None) -> dict[str, int]:
     """Images per class in a scan: all of them, or those below `split` folders."""
-    return scan["classes"] if split is None else scan["splits"].get(split, {})
+    if split is None:
+        return scan["classes"]
+    counts: Counter = Counter()
+    for name in split_names(split):
+        counts.update(scan["splits"].get(name, {}))
+    return dict(sorted(counts.items()))
 
 
-def _no_split_message(sources: list, scans: list[dict], split: str) -> str:
+def refuse_two_splits(sources: Iterable[Source]) -> None:
+    """For a loader given its classes (vocab=) and no split: refuse images of two splits, as
+    from_archives does, where local archives have fresh sidecars (an earlier scan's, or the
+    one this loader's plan made for its regions). It never scans: a loader given its classes
+    may be meant to start without a pass over a large archive. Where no sidecar tells
+    (streams, URLs, archives never scanned) the readers refuse a second split when they meet
+    it (workers._chain_members)."""
+    known = [(source, scan) for source in sources
+             if not hasattr(source, "read") and not remote.is_url(os.fspath(source))
+             and (scan := _fresh_sidecar(os.fspath(source))) is not None]
+    if known:
+        _check_splits(*map(list, zip(*known)))
+
+
+def _no_split_message(sources: list, scans: list[dict], missing: list[str]) -> str:
     found = sorted({name for scan in scans for name in scan["splits"]})
     archives = ", ".join(source_name(s) for s in sources)
-    return (f"no images below a folder named {split!r} in {archives} (split folders found: "
+    named = " or ".join(repr(name) for name in missing)
+    return (f"no images below a folder named {named} in {archives} (split folders found: "
             f"{', '.join(found) if found else 'none'}); split= names the folder above the "
             f"class folders, e.g. 'train' for train/<class>/<file>")
 
@@ -160,8 +186,8 @@ def _check_splits(sources: list, scans: list[dict]) -> None:
     """Images of two splits are a mistake: one loader would train on both, the split folders
     being above the class folders (imagenette2/train/<class>/... and imagenette2/val/<class>/...
     in one archive, or train and val archives in one glob), and a validation set mixed into
-    training raises no other error. A loader given its classes (vocab=) never gets here: the
-    way to read several splits on purpose."""
+    training raises no other error. Several splits named in Options(split=...) are read on
+    purpose and never get here."""
     found: dict[str, list[str]] = {}
     for source, scan in zip(sources, scans):
         for split, classes in scan["splits"].items():
@@ -169,12 +195,7 @@ def _check_splits(sources: list, scans: list[dict]) -> None:
                                                f"in {source_name(source)}")
     if len(found) > 1:
         listed = "; ".join(f"{split}: {', '.join(where)}" for split, where in sorted(found.items()))
-        raise ValueError(
-            f"images of {len(found)} splits found ({listed}): one loader would read them all "
-            f"as one set, its classes being the folders below each split. Give each split its "
-            f"own loader: Options(split={sorted(found)[0]!r}) reads only the images below "
-            f"that folder; to read them as one set on purpose (a last run on train and val), "
-            f"give the loader its classes: vocab=[...]")
+        raise ValueError(two_splits_message(len(found), listed, sorted(found)[0]))
 
 
 def as_vocabulary(vocab) -> Vocabulary | None:
@@ -199,14 +220,14 @@ def sidecar_path(archive: str) -> str:
 
 
 def archive_classes(path: str, *, limits: Limits = Limits(), inflate: str = "auto",
-                    write_sidecar: bool = True, split: str | None = None) -> dict[str, int]:
+                    write_sidecar: bool = True, split: str | tuple | None = None) -> dict[str, int]:
     """Images per class folder in one archive (with `split`, below split folders of that
     name), from its sidecar if it is still fresh."""
     return scan_classes(_scan(path, limits, inflate, write_sidecar), split)
 
 
 def archive_regions(path: str, *, limits: Limits = Limits(), inflate: str = "auto",
-                    split: str | None = None) -> list[Region] | None:
+                    split: str | tuple | None = None) -> list[Region] | None:
     """Where readers can enter the archive (index.py), from the same sidecar and scan; None
     when it cannot be split. With `split`, each region counts that split's images only."""
     payload = _scan(path, limits, inflate, True).get("regions")
@@ -252,11 +273,16 @@ def _scan(path: str, limits: Limits, inflate: str, write_sidecar: bool,
 
 def cached_image_count(path: str) -> int | None:
     """Images in an archive according to its sidecar, if that is fresh; never scans."""
+    data = _fresh_sidecar(path)
+    return sum(data["classes"].values()) if data and data["classes"] else None
+
+
+def _fresh_sidecar(path: str) -> dict | None:
+    """The archive's sidecar if it is fresh, else None; never scans."""
     try:
-        data = _read_sidecar(sidecar_path(path), file_stamp(path))
+        return _read_sidecar(sidecar_path(path), file_stamp(path))
     except OSError:
         return None
-    return sum(data["classes"].values()) if data and data["classes"] else None
 
 
 def fresh_scan(path: str) -> dict | None:

@@ -54,8 +54,8 @@ from typing import Any, Container, Iterator, NamedTuple
 
 from . import remote
 from .batch import Counted, Task, fill_batch, schedule, take_share, views_of
-from .errors import ArchiveError, Limits
-from .read import iter_members, iter_samples, split_folder
+from .errors import ArchiveError, Limits, two_splits_message
+from .read import in_split, iter_members, iter_samples, split_folder
 
 log = logging.getLogger(__name__)
 CHUNK = 32                 # tasks per message: amortizes pickling and queue overhead
@@ -88,7 +88,8 @@ class ReadPlan:
     world_size: int = 1
     copy_of: dict = field(default_factory=dict)  # {plain copy (cache.py): the archive it
                                                  # copies}: members name the archive given
-    split: str | None = None    # read only the images below split folders of this name
+    split: str | tuple[str, ...] | None = None  # read only the images below split
+                                                # folders of this name (or these)
 
     def tasks(self, epoch: int, order: tuple[int, ...], skipped: Counter, stats: dict,
               stream: int = 0, share: tuple[int, int] = (0, 1),
@@ -118,6 +119,7 @@ class _Vocab:
 
 def _chain_members(archives, skipped, stats, plan: ReadPlan, opened: dict | None):
     before = remote.counters()
+    first = None  # (split, archive, member) of the first image below a split folder
     for archive in archives:
         rewind(archive)
         path = getattr(archive, "path", archive)  # a Region's, or the archive
@@ -126,14 +128,28 @@ def _chain_members(archives, skipped, stats, plan: ReadPlan, opened: dict | None
         members = iter_members(archive, skipped=skipped, limits=plan.limits,
                                inflate=plan.inflate, threads=plan.inflate_threads, opened=opened)
         for member in (members if given is None else _as_given(members, given)):
-            if plan.split is not None and split_folder(member.name) != plan.split:
+            folder = split_folder(member.name)
+            if not in_split(folder, plan.split):
                 continue  # another split's: not this loader's set, so not a skip either
+            if plan.split is None and folder is not None:
+                first = first or (folder, member.archive, member.name)
+                if folder != first[0]:
+                    raise ValueError(_second_split(first, folder, member))
             stats["bytes"] = stats.get("bytes", 0) + len(member.data)
             if far:  # bytes fetched, requests and retries of this reader in this epoch
                 stats["remote"] = remote.counted_since(before)
             yield member
         if far:
             stats["remote"] = remote.counted_since(before)
+
+
+def _second_split(first: tuple, folder: str, member) -> str:
+    """Images of two splits met by a reader of a loader that names none (given its classes,
+    so no scan refused them before)."""
+    split, archive, name = first
+    found = (f"{split}: member {name!r} of {archive}; {folder}: member {member.name!r} of "
+             f"{member.archive}")
+    return two_splits_message(2, found, min(split, folder))
 
 
 def _as_given(members, archive: str):

@@ -224,6 +224,28 @@ def test_a_split_read_from_regions_gives_each_of_its_images_once(tmp_path, kind)
             assert sorted(seen) == train
 
 
+@pytest.mark.parametrize("kind", kinds())
+def test_both_splits_named_are_read_from_regions_and_given_classes_do_not_mix_them(tmp_path,
+                                                                                   kind):
+    """split=("val", "Train") reads both splits as one set from regions: each region counts
+    the images of both, and an epoch gives all 60 once. Given its classes and no split, a
+    loader is refused once its plan's scan (for the regions) says there are two splits."""
+    path, _ = split_archive(tmp_path / f"a.{kind}", compress=kind == "gz")
+    both = archive_regions(path, split=("train", "val"))
+    assert [r.images for r in both] == [r.images for r in archive_regions(path)]
+    assert sum(r.images for r in both) == 60
+    options = Options(readers=2, split=("val", "Train"))
+    with numbered_loader(path, workers=3, options=options) as loader:
+        assert loader.options.split == ("train", "val")
+        assert len(loader.plan.parts) == len(both) and len(loader) == 60 // 8 + 1
+        assert sorted(epoch_ids(loader)[0]) == list(range(60))
+    with numbered_loader(path, workers=3, vocab=["c0", "c1", "c2"],
+                         options=Options(readers=2)) as loader:
+        with pytest.raises(ValueError, match=r"2 splits found \(train: 22 images in .*; val: "
+                                             r"38 images in .*Options\(split=\('train', "):
+            len(loader)
+
+
 def test_regions_off_reads_the_archive_as_one_stream(tmp_path):
     path = padded_archive(tmp_path / "a.tar", compress=False)
     with numbered_loader(path, workers=2, options=Options(regions=False)) as loader:

@@ -127,14 +127,52 @@ def test_two_splits_in_one_archive_are_refused_naming_them(tmp_path):
         with pytest.raises(ValueError, match=r"2 splits found \(train: 4 images in "
                                              r".*imagenette2.tgz; val: 4 images in .*"
                                              r"imagenette2.tgz\).*Options\(split='train'\)"
-                                             r".*vocab="):
+                                             r".*Options\(split=\('train', 'val'\)\)"):
             ImageLoader(path, batch_size=2, device="cpu", workers=0)
     per_class = {"c00": 2, "c01": 2}
     assert json.loads(Path(sidecar_path(path)).read_text())["splits"] == \
         {"train": per_class, "val": per_class}
-    with ImageLoader(path, batch_size=4, device="cpu", workers=0, vocab=["c00", "c01"],
-                     train=False, size=8) as loader:  # both on purpose: given the classes
-        assert sum(len(y) for _, y in loader) == 8
+    states = []
+    for split in (("val", "TRAIN"), ["train", "val"]):  # both on purpose: named
+        with ImageLoader(path, batch_size=4, device="cpu", workers=0, train=False, size=8,
+                         options=Options(split=split)) as loader:
+            assert loader.options.split == ("train", "val") and len(loader) == 2
+            if states:  # a checkpoint kept as JSON resumes where it stopped
+                loader.load_state_dict(json.loads(json.dumps(states[0])))
+                assert sum(len(y) for _, y in loader) == 4
+            else:
+                batches = iter(loader)
+                assert len(next(batches)[1]) == 4
+                states.append(loader.state_dict())
+                assert 8 == 4 + sum(len(y) for _, y in batches) == loader.vocab.images
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_given_classes_do_not_make_two_splits_one_set(tmp_path, workers):
+    """A loader given its classes (vocab=, e.g. the train loader's for a val loader) and no
+    split still refuses two splits: from the archive's sidecar before the first batch, or,
+    where none tells (a stream), when its reader meets the second split, naming a member of
+    each."""
+    path = write_archive(tmp_path / "imagenette2.tgz", split_files(["train", "val"]))
+    settings = dict(batch_size=2, size=8, device="cpu", workers=workers, train=False,
+                    vocab=["c00", "c01"])
+    # never scanned: no sidecar yet (a plain copy would scan the archive while writing it)
+    with ImageLoader(path, options=Options(plain_copy=None), **settings) as loader:
+        assert not Path(sidecar_path(path)).exists()
+        with pytest.raises(ValueError, match=r"2 splits found \(train: member 'imagenette2/"
+                                             r"train/c00/0.jpg' of .*imagenette2.tgz; val: "
+                                             r"member 'imagenette2/val/c00/0.jpg' of "):
+            list(loader)
+    # A scan (a split named in any case): the sidecar now says there are two splits
+    assert Vocabulary.from_archives(path, split="VAL").images == 4
+    with ImageLoader(path, **settings) as loader:
+        with pytest.raises(ValueError, match=r"2 splits found \(train: 4 images in "):
+            len(loader)
+    with open(path, "rb") as stream, ImageLoader(stream, **settings) as loader:
+        with pytest.raises(ValueError, match=r"val: member 'imagenette2/val/c00/0.jpg' of "):
+            list(loader)
+    with ImageLoader(path, options=Options(split="val"), **settings) as loader:
+        assert sum(len(y) for _, y in loader) == 4
 
 
 def test_two_splits_across_archives_are_refused_and_one_split_is_read(tmp_path):
@@ -179,8 +217,12 @@ def test_options_split_reads_only_that_split(tmp_path, workers):
     with pytest.raises(ValueError, match=r"no images below a folder named 'test' in .*"
                                          r"\(split folders found: train, val\)"):
         ImageLoader(path, batch_size=4, device="cpu", options=Options(split="test"))
-    with pytest.raises(ValueError, match="split must be None or the name of a split folder"):
-        ImageLoader(path, batch_size=4, device="cpu", options=Options(split="c00"))
+    for wrong in ("c00", ("train", "c00"), (), 7):
+        with pytest.raises(ValueError, match=r"split must be None, the name of a split "
+                                             r"folder, or several names .*got "):
+            ImageLoader(path, batch_size=4, device="cpu", options=Options(split=wrong))
+    with pytest.raises(ValueError, match=r"no images below a folder named 'test' in "):
+        ImageLoader(path, batch_size=4, device="cpu", options=Options(split=("train", "test")))
 
 
 def test_split_folders_and_the_split_option_ignore_case(tmp_path):
