@@ -125,13 +125,12 @@ def scan_classes(scan: dict, split: str | tuple[str, ...] | None) -> dict[str, i
 
 def refuse_two_splits(sources: Iterable[Source]) -> None:
     """For a loader given its classes (vocab=) and no split: refuse images of two splits, as
-    from_archives does, where local archives have fresh sidecars (an earlier scan's, or the
-    one this loader's plan made for its regions). It never scans: a loader given its classes
-    may be meant to start without a pass over a large archive. Where no sidecar tells
-    (streams, URLs, archives never scanned) the readers refuse a second split when they meet
-    it (workers._chain_members)."""
-    known = [(source, scan) for source in sources
-             if not hasattr(source, "read") and not remote.is_url(os.fspath(source))
+    from_archives does, where archives have fresh sidecars (an earlier scan's, or the one
+    this loader's plan made for its regions; a URL's in the cache folder). It never scans: a
+    loader given its classes may be meant to start without a pass over a large archive.
+    Where no sidecar tells (streams, archives never scanned) the readers refuse a second
+    split when they meet it (workers._chain_members)."""
+    known = [(source, scan) for source in sources if not hasattr(source, "read")
              and (scan := _fresh_sidecar(os.fspath(source))) is not None]
     if known:
         _check_splits(*map(list, zip(*known)))

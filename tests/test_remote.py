@@ -232,6 +232,35 @@ def test_loader_over_http_every_image_once_counting_what_it_fetched(served, tmp_
         assert epoch_ids(evaluation) == list(range(IMAGES))  # streamed in order
 
 
+def test_given_classes_do_not_mix_the_splits_of_a_url(tmp_path):
+    """A loader given its classes and no split, reading a URL whose archive holds train/ and
+    val/: its plan scans the URL for regions, and the sidecar that scan leaves in the cache
+    refuses the two splits before the first batch; split=("train", "val") reads them all."""
+    root = tmp_path / "www"
+    root.mkdir()
+    rng = random.Random(0)
+    files = []
+    for i in range(IMAGES):
+        folder = f"t/{'val' if i % 4 == 0 else 'train'}/c{i % 3}"
+        files += [(f"{folder}/{i:03d}.png", solid(10 + i, fmt="PNG", mode="L")),
+                  (f"{folder}/{i:03d}.bin", rng.randbytes(64_000))]
+    write_archive(root / "s.tgz", files)
+    server = range_server(str(root))
+    try:
+        url = f"{server.url}/s.tgz"
+        with numbered_loader(url, tmp_path, vocab=["c0", "c1", "c2"],
+                             options={"readers": 2}) as loader:
+            with pytest.raises(ValueError, match=r"2 splits found \(train: 90 images in .*"
+                                                 r"s.tgz; val: 30 images in "):
+                len(loader)
+        with numbered_loader(url, tmp_path, options={"readers": 2,
+                                                     "split": ("train", "val")}) as loader:
+            assert len(loader.plan.parts) > 2 and sorted(epoch_ids(loader)) == \
+                list(range(IMAGES))
+    finally:
+        server.close()
+
+
 # --------------------------------------------------------------------------------------------
 # Faults
 
