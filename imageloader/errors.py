@@ -8,6 +8,7 @@ Two kinds of problem, two policies:
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -16,9 +17,17 @@ LAYOUT = "<split>/<class>/<file> or <class>/<file> (the class is the image's par
 PACK_HINT = ("python -m imageloader pack FOLDER OUT.tgz makes one from a folder of "
              "<class>/<file> images")
 # Folder names that say "split", not "class": the only class being one of them means the
-# images lie directly in the split folder (train/x.jpg).
+# images lie directly in the split folder (train/x.jpg). A year or version may follow
+# (COCO's train2017/ and val2017/, train_1/): is_split_name.
 SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "test", "testing",
                          "eval", "evaluation", "dev"})
+_SPLIT_NAME = re.compile(rf"(?:{'|'.join(sorted(SPLIT_NAMES))})(?:[-_.]?\d+)?", re.IGNORECASE)
+
+
+def is_split_name(name: str) -> bool:
+    """Whether a folder's name says "split": one of SPLIT_NAMES, in any case, alone or with a
+    number after it (train2017, val-2, TEST_1)."""
+    return _SPLIT_NAME.fullmatch(name) is not None
 
 
 def counted(n: int, noun: str) -> str:
@@ -80,7 +89,7 @@ class UnknownLabelError(KeyError):
 
     def __str__(self) -> str:
         split = (f" ({self.label!r} looks like a split folder holding images directly; members "
-                 f"are read as {LAYOUT})" if self.label.lower() in SPLIT_NAMES else "")
+                 f"are read as {LAYOUT})" if is_split_name(self.label) else "")
         return (f"class {self.label!r} of member {self.member!r} in archive {self.archive!r} "
                 f"is not in the label vocabulary{split}; pass a vocabulary that contains it, "
                 f"or unknown_labels='skip' to count and skip such members")
@@ -119,17 +128,18 @@ def check_policy(name: str, value: str) -> str:
 
 
 def check_split(split) -> str | tuple[str, ...] | None:
-    """Options.split as the loader keeps it: None; the name of a split folder, one of
-    SPLIT_NAMES (any case), in lower case (read.split_folder's spelling); or several names, a
+    """Options.split as the loader keeps it: None; the name of a split folder (is_split_name),
+    in lower case (read.split_folder's spelling); or several names, a
     sorted tuple of them in lower case (one name given as a list is that name)."""
     if split is None:
         return None
     names = [split] if isinstance(split, str) else (
         list(split) if isinstance(split, (list, tuple, set, frozenset)) else [None])
-    if not names or any(not isinstance(n, str) or n.lower() not in SPLIT_NAMES for n in names):
+    if not names or any(not isinstance(n, str) or not is_split_name(n) for n in names):
         raise ValueError(f"split must be None, the name of a split folder, or several names "
                          f"(read as one set); names are {', '.join(sorted(SPLIT_NAMES))} (any "
-                         f"case), got {split!r}")
+                         f"case), alone or with a number after them (train2017), got "
+                         f"{split!r}")
     lowered = sorted({name.lower() for name in names})
     return lowered[0] if len(lowered) == 1 else tuple(lowered)
 

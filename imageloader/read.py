@@ -22,7 +22,7 @@ from collections import Counter
 from typing import BinaryIO, Iterable, Iterator, NamedTuple, Union
 
 from . import remote
-from .errors import SPLIT_NAMES, ArchiveError, Limits, UnknownLabelError
+from .errors import ArchiveError, Limits, UnknownLabelError, is_split_name
 
 Source = Union[str, os.PathLike, BinaryIO]
 IMAGE_EXTENSIONS = frozenset({
@@ -468,13 +468,13 @@ def classify(header: _Header, limits: Limits) -> tuple[str | None, str | None, s
 
 def split_folder(name: str) -> str | None:
     """The nearest folder above an image's class folder whose name says "split" (train, val,
-    ...), in lower case: `imagenette2/train/n01440764/x.jpg` and `Train/animals/cat/x.jpg` ->
-    "train"; None for `cat/x.jpg` or `data/cat/x.jpg`. Lower case because a split is named
-    by its role, not its spelling: `Val/` in one archive and `val/` in another are one split,
-    and `Options(split="Val")` reads either."""
+    ..., train2017: errors.is_split_name), in lower case: `imagenette2/train/n01440764/x.jpg`
+    and `Train/animals/cat/x.jpg` -> "train", `coco/val2017/cat/x.jpg` -> "val2017"; None for
+    `cat/x.jpg` or `data/cat/x.jpg`. Lower case because a split is named by its role, not its
+    spelling: `Val/` in one archive and `val/` in another are one split, and
+    `Options(split="Val")` reads either."""
     above = name.split("/")[:-2]
-    return next((part.lower() for part in reversed(above) if part.lower() in SPLIT_NAMES),
-                None)
+    return next((part.lower() for part in reversed(above) if is_split_name(part)), None)
 
 
 def split_names(split: str | tuple[str, ...] | None) -> tuple[str, ...]:

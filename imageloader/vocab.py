@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Mapping
 
 from . import remote
-from .errors import (LAYOUT, PACK_HINT, SPLIT_NAMES, Limits, check_split, counted,
+from .errors import (LAYOUT, PACK_HINT, Limits, check_split, counted, is_split_name,
                      two_splits_message)
 from .index import file_stamp, index_is_stale, recorder_for, regions_from
 from .read import (IMAGE_EXTENSIONS, Region, Source, expand_sources, iter_members,
@@ -28,8 +28,9 @@ from .read import (IMAGE_EXTENSIONS, Region, Source, expand_sources, iter_member
 
 log = logging.getLogger(__name__)
 SIDECAR_SUFFIX = ".classes.json"
-_FORMAT = "imageloader.classes/5"  # 2: with regions (index.py); 3: with splits; 4: their
-# classes, and each region's images of each split; 5: splits named in lower case
+_FORMAT = "imageloader.classes/6"  # 2: with regions (index.py); 3: with splits; 4: their
+# classes, and each region's images of each split; 5: splits named in lower case; 6: split
+# names with a number after them (train2017)
 
 
 class Vocabulary:
@@ -168,7 +169,7 @@ def _check_classes(sources: list, counts: Mapping[str, int]) -> None:
         return
     (name, images), = counts.items()
     archives = ", ".join(source_name(s) for s in sources)
-    if name.lower() in SPLIT_NAMES:
+    if is_split_name(name):
         raise ValueError(
             f"{archives}: the only class found is {name!r}, a split folder holding "
             f"{counted(images, 'image')} directly; a model would learn one class named "

@@ -239,6 +239,27 @@ def test_split_folders_and_the_split_option_ignore_case(tmp_path):
         Vocabulary.from_archives(str(tmp_path / "a-*.tgz"))
 
 
+def test_split_folders_with_a_year_or_number_are_splits_too(tmp_path):
+    """COCO-style train2017/ and val2017/ in one archive are two splits, refused as one set;
+    split= names them in any case; alone as the only class they are a split folder holding
+    images directly. A word that only starts with a split's name is a folder like any."""
+    path = write_archive(tmp_path / "coco.tgz", split_files(["train2017", "Val2017"], "coco"))
+    with pytest.raises(ValueError, match=r"2 splits found \(train2017: 4 images in .*; "
+                                         r"val2017: 4 images in .*split='train2017'"):
+        Vocabulary.from_archives(path)
+    for split, images in (("TRAIN2017", 4), (("train2017", "val2017"), 8)):
+        with ImageLoader(path, batch_size=4, size=8, device="cpu", workers=0, train=False,
+                         options=Options(split=split)) as loader:
+            assert sum(len(y) for _, y in loader) == images == loader.vocab.images
+    with pytest.raises(ValueError, match="split must be None, the name of a split folder"):
+        ImageLoader(path, batch_size=4, device="cpu", options=Options(split="train_"))
+    alone = write_archive(tmp_path / "alone.tgz", [(f"val-1/{i}.jpg", solid(9)) for i in range(3)])
+    with pytest.raises(ValueError, match="the only class found is 'val-1', a split folder"):
+        Vocabulary.from_archives(alone)
+    trainer = write_archive(tmp_path / "trainer.tgz", split_files(["trainer", "val"], "x"))
+    assert Vocabulary.from_archives(trainer).classes == ("c00", "c01")  # one split: val
+
+
 def test_a_split_folder_met_as_an_unknown_class_is_named_so(tmp_path):
     val = write_archive(tmp_path / "val.tgz", [("val/0.jpg", solid(1))])
     with ImageLoader(val, batch_size=2, device="cpu", workers=0, vocab=["cat", "dog"],
