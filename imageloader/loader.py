@@ -375,7 +375,7 @@ class ImageLoader:
             # Given classes say nothing of splits; the scans the plan made (regions), or
             # earlier ones, may. After the plan, so a failed check leaves none decided.
             if self._vocab_given and o.split is None:
-                refuse_two_splits(self.sources)
+                refuse_two_splits(list(self.sources), o.limits)
             self._plan = plan
         return self._plan
 

@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Mapping
 
 from . import remote
-from .errors import (LAYOUT, PACK_HINT, Limits, check_split, counted, is_split_name,
-                     two_splits_message)
+from .errors import (LAYOUT, PACK_HINT, ArchiveError, Limits, check_split, counted,
+                     is_split_name, two_splits_message)
 from .index import file_stamp, index_is_stale, recorder_for, regions_from
 from .read import (IMAGE_EXTENSIONS, Region, Source, expand_sources, iter_members,
                    source_name, split_folder, split_names)
@@ -124,17 +124,52 @@ def scan_classes(scan: dict, split: str | tuple[str, ...] | None) -> dict[str, i
     return dict(sorted(counts.items()))
 
 
-def refuse_two_splits(sources: Iterable[Source]) -> None:
+def refuse_two_splits(sources: list[Source], limits: Limits) -> None:
     """For a loader given its classes (vocab=) and no split: refuse images of two splits, as
     from_archives does, where archives have fresh sidecars (an earlier scan's, or the one
     this loader's plan made for its regions; a URL's in the cache folder). It never scans: a
     loader given its classes may be meant to start without a pass over a large archive.
-    Where no sidecar tells (streams, archives never scanned) the readers refuse a second
-    split when they meet it (workers._chain_members)."""
-    known = [(source, scan) for source in sources if not hasattr(source, "read")
-             and (scan := _fresh_sidecar(os.fspath(source))) is not None]
+    Local shards without a sidecar are told by their first image (shards are usually one
+    split each, and each may go to a reader of its own). The readers refuse a second split
+    when they meet one (workers._chain_members): within a stream, or a shard."""
+    paths = [os.fspath(source) for source in sources if not hasattr(source, "read")]
+    scans = {path: _fresh_sidecar(path) for path in paths}
+    known = [(path, scan) for path, scan in scans.items() if scan is not None]
     if known:
         _check_splits(*map(list, zip(*known)))
+    unscanned = [p for p, scan in scans.items() if scan is None and not remote.is_url(p)]
+    if len(unscanned) > 1:
+        _check_first_images(unscanned, limits)
+
+
+def _check_first_images(paths: list[str], limits: Limits) -> None:
+    """Shards whose first images lie below two splits are refused, naming one of each."""
+    # Side by side, as the scans are: many shards may lie on a network file system
+    with ThreadPoolExecutor(max_workers=min(8, len(paths))) as pool:
+        names = list(pool.map(lambda path: _first_image(path, limits), paths))
+    found: dict[str, str] = {}
+    for path, name in zip(paths, names):
+        split = None if name is None else split_folder(name)
+        if split is not None:
+            found.setdefault(split, f"member {name!r} of {path}")
+    if len(found) > 1:
+        listed = "; ".join(f"{split}: {where}" for split, where in sorted(found.items()))
+        raise ValueError(two_splits_message(len(found), listed, sorted(found)[0]))
+
+
+def _first_image(path: str, limits: Limits) -> str | None:
+    """The name of an archive's first image member, read without its data (python's own
+    inflate: no threads for a few KiB); None if it has none or cannot be read (its readers
+    then say why)."""
+    try:
+        members = iter_members(path, skipped=Counter(), limits=limits, read_data=False,
+                               inflate="gzip")
+        try:
+            return next(members).name
+        finally:
+            members.close()
+    except (StopIteration, ArchiveError):
+        return None
 
 
 def _no_split_message(sources: list, scans: list[dict], missing: list[str]) -> str:

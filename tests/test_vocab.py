@@ -15,7 +15,7 @@ import torch
 from conftest import (add_file, assert_labels_match_pixels, class_level, labeled_files, solid,
                       write_archive)
 from imageloader import ImageLoader, Options
-from imageloader.errors import UnknownLabelError
+from imageloader.errors import ArchiveError, UnknownLabelError
 from imageloader.vocab import Vocabulary, as_vocabulary, sidecar_path
 
 
@@ -237,6 +237,29 @@ def test_split_folders_and_the_split_option_ignore_case(tmp_path):
     with pytest.raises(ValueError, match=r"2 splits found \(train: 4 images in .*a-0.tgz, "
                                          r"4 images in .*a-1.tgz; val: 4 images in "):
         Vocabulary.from_archives(str(tmp_path / "a-*.tgz"))
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_given_classes_do_not_make_shards_of_two_splits_one_set(tmp_path, compress):
+    """A glob that takes train and val shards, never scanned (plain .tar: no copy, so no
+    scan), given its classes: each shard goes to a reader of its own, which meets one split
+    only; the shards' first images refuse the set before the first batch. A shard that is
+    not an archive is left to its reader, which names it as before."""
+    suffix = "tgz" if compress else "tar"
+    for split in ("train", "val"):
+        write_archive(tmp_path / f"{split}-0.{suffix}", split_files([split], "x"),
+                      compress=compress)
+    settings = dict(batch_size=2, size=8, device="cpu", workers=2, vocab=["c00", "c01"],
+                    options=Options(readers=2, plain_copy=None))
+    with ImageLoader(str(tmp_path / f"*.{suffix}"), **settings) as loader:
+        with pytest.raises(ValueError, match=r"2 splits found \(train: member 'x/train/c00/"
+                                             r"0.jpg' of .*train-0.* val: member 'x/val/"):
+            len(loader)
+        assert not list(tmp_path.glob("*.classes.json"))  # told without a scan
+    (tmp_path / f"val-0.{suffix}").write_bytes(b"not an archive" * 100)
+    with ImageLoader(str(tmp_path / f"*.{suffix}"), **settings) as loader:
+        with pytest.raises(ArchiveError, match=r"val-0"):
+            list(loader)
 
 
 def test_split_folders_with_a_year_or_number_are_splits_too(tmp_path):
