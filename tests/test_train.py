@@ -73,7 +73,8 @@ def test_train_resume_evaluate(script, tmp_path: Path, capsys) -> None:
 
 def test_one_archive_of_two_splits_trains_on_one_and_validates_on_the_other(script, tmp_path):
     """The digits' train/ and val/ members in one archive (as Imagenette's is laid out):
-    refused as one set, read split by split with --split and --val-split."""
+    refused as one set, read split by split with --split and --val-split, or both as one
+    set with --split train,val (a last run on all the data)."""
     both = tmp_path / "digits.tgz"
     with tarfile.open(both, "w:gz") as out:
         for name in ("digits-train.tgz", "digits-val.tgz"):
@@ -87,6 +88,11 @@ def test_one_archive_of_two_splits_trains_on_one_and_validates_on_the_other(scri
                  str(tmp_path / "run"))
     last = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["val_loader"]["samples"] == 360 and result["val_top1"] > CHANCE_PLUS
+    run(script, "--data", str(both), "--val", str(both), "--split", "train,val",
+        "--val-split", "val", "--epochs", "1", "--workers", "0", "--batch-size", "128",
+        "--max-steps", "0", "--out-dir", str(tmp_path / "all"))  # every step of the epoch
+    last = json.loads((tmp_path / "all" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["loader"]["samples"] == 14 * 128 == 1437 + 360 - 5  # drop_last: 5 left
 
 
 def test_train_with_a_worker_process(script, tmp_path: Path) -> None:
