@@ -128,9 +128,9 @@ def check_policy(name: str, value: str) -> str:
 
 
 def check_split(split) -> str | tuple[str, ...] | None:
-    """Options.split as the loader keeps it: None; the name of a split folder (is_split_name),
-    in lower case (read.split_folder's spelling); or several names, a
-    sorted tuple of them in lower case (one name given as a list is that name)."""
+    """Options.split as the loader keeps it: None; the name of a split folder (is_split_name)
+    in lower case (read.split_folder's spelling); or several names as a sorted tuple of them
+    in lower case (one name given in a list is that name)."""
     if split is None:
         return None
     names = [split] if isinstance(split, str) else (

@@ -134,27 +134,21 @@ def refuse_two_splits(sources: list[Source], limits: Limits) -> None:
     when they meet one (workers._chain_members): within a stream, or a shard."""
     paths = [os.fspath(source) for source in sources if not hasattr(source, "read")]
     scans = {path: _fresh_sidecar(path) for path in paths}
-    known = [(path, scan) for path, scan in scans.items() if scan is not None]
-    if known:
-        _check_splits(*map(list, zip(*known)))
+    known = [path for path, scan in scans.items() if scan is not None]
+    found = _splits_found(known, [scans[path] for path in known])
     unscanned = [p for p, scan in scans.items() if scan is None and not remote.is_url(p)]
-    if len(unscanned) > 1:
-        _check_first_images(unscanned, limits)
+    if unscanned and len(paths) > 1:  # one archive alone: its reader meets both
+        for path, name in zip(unscanned, _first_images(unscanned, limits)):
+            split = None if name is None else split_folder(name)
+            if split is not None and split not in found:
+                found[split] = [f"member {name!r} of {path}"]
+    _refuse_splits(found)
 
 
-def _check_first_images(paths: list[str], limits: Limits) -> None:
-    """Shards whose first images lie below two splits are refused, naming one of each."""
+def _first_images(paths: list[str], limits: Limits) -> list[str | None]:
     # Side by side, as the scans are: many shards may lie on a network file system
     with ThreadPoolExecutor(max_workers=min(8, len(paths))) as pool:
-        names = list(pool.map(lambda path: _first_image(path, limits), paths))
-    found: dict[str, str] = {}
-    for path, name in zip(paths, names):
-        split = None if name is None else split_folder(name)
-        if split is not None:
-            found.setdefault(split, f"member {name!r} of {path}")
-    if len(found) > 1:
-        listed = "; ".join(f"{split}: {where}" for split, where in sorted(found.items()))
-        raise ValueError(two_splits_message(len(found), listed, sorted(found)[0]))
+        return list(pool.map(lambda path: _first_image(path, limits), paths))
 
 
 def _first_image(path: str, limits: Limits) -> str | None:
@@ -223,11 +217,20 @@ def _check_splits(sources: list, scans: list[dict]) -> None:
     in one archive, or train and val archives in one glob), and a validation set mixed into
     training raises no other error. Several splits named in Options(split=...) are read on
     purpose and never get here."""
+    _refuse_splits(_splits_found(sources, scans))
+
+
+def _splits_found(sources: list, scans: list[dict]) -> dict[str, list[str]]:
+    """Each split the scans found, and where: "4 images in a.tgz"."""
     found: dict[str, list[str]] = {}
     for source, scan in zip(sources, scans):
         for split, classes in scan["splits"].items():
             found.setdefault(split, []).append(f"{counted(sum(classes.values()), 'image')} "
                                                f"in {source_name(source)}")
+    return found
+
+
+def _refuse_splits(found: dict[str, list[str]]) -> None:
     if len(found) > 1:
         listed = "; ".join(f"{split}: {', '.join(where)}" for split, where in sorted(found.items()))
         raise ValueError(two_splits_message(len(found), listed, sorted(found)[0]))

@@ -243,8 +243,9 @@ def test_split_folders_and_the_split_option_ignore_case(tmp_path):
 def test_given_classes_do_not_make_shards_of_two_splits_one_set(tmp_path, compress):
     """A glob that takes train and val shards, never scanned (plain .tar: no copy, so no
     scan), given its classes: each shard goes to a reader of its own, which meets one split
-    only; the shards' first images refuse the set before the first batch. A shard that is
-    not an archive is left to its reader, which names it as before."""
+    only; the shards' first images refuse the set before the first batch, with what the
+    sidecars of others say. A shard that is not an archive is left to its reader, which names
+    it as before."""
     suffix = "tgz" if compress else "tar"
     for split in ("train", "val"):
         write_archive(tmp_path / f"{split}-0.{suffix}", split_files([split], "x"),
@@ -256,6 +257,11 @@ def test_given_classes_do_not_make_shards_of_two_splits_one_set(tmp_path, compre
                                              r"0.jpg' of .*train-0.* val: member 'x/val/"):
             len(loader)
         assert not list(tmp_path.glob("*.classes.json"))  # told without a scan
+    Vocabulary.from_archives(str(tmp_path / f"train-0.{suffix}"))  # one shard's sidecar
+    with ImageLoader(str(tmp_path / f"*.{suffix}"), **settings) as loader:
+        with pytest.raises(ValueError, match=r"\(train: 4 images in .*train-0.*; val: member "
+                                             r"'x/val/c00/0.jpg' of .*val-0"):
+            len(loader)
     (tmp_path / f"val-0.{suffix}").write_bytes(b"not an archive" * 100)
     with ImageLoader(str(tmp_path / f"*.{suffix}"), **settings) as loader:
         with pytest.raises(ArchiveError, match=r"val-0"):
