@@ -113,7 +113,7 @@ class Decoder:
         display = _upright_size(img, orientation)
         box = self._crop_box(display, rng)
         flip = self.augment.train and rng.random() < self.augment.flip
-        _draft_for(img, box, self.augment.size, self.mode)
+        _draft_for(img, data, box, self.augment.size, self.mode)
         img = load_converted(img, self.mode, orientation)
         sx, sy = img.size[0] / display[0], img.size[1] / display[1]
         box = (box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy)
@@ -567,13 +567,17 @@ def _reports_upright_size(img: Image.Image) -> bool:
     return img.size != stored
 
 
-def _draft_for(img: Image.Image, box, out_hw: tuple[int, int], mode: str) -> None:
+def _draft_for(img: Image.Image, data: bytes, box, out_hw: tuple[int, int], mode: str) -> None:
     if img.format != "JPEG" or img.mode not in ("RGB", "L", "YCbCr"):
         return
     box_w, box_h = box[2] - box[0], box[3] - box[1]
     scale = max(out_hw[1] / box_w, out_hw[0] / box_h)
     if scale >= 0.5:
         return  # draft only reduces by 2, 4 or 8
+    # A lossless JPEG has no DCT to scale: libjpeg-turbo refuses a reduced-scale decode ("broken
+    # data stream" from Pillow) where it decodes the whole (tests/data/lossless.jpg)
+    if _frame_coding(data) == "lossless":
+        return
     w, h = img.size
     img.draft(mode, (math.ceil(w * scale), math.ceil(h * scale)))
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,8 @@ from torchvision.transforms import v2
 from conftest import encode, photo, solid, warnings_recorded_across_a_held_call
 from imageloader.decode import Augment, Decoder, random_resized_crop_box
 from imageloader.errors import Limits, SampleError
+
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def run(decoder: Decoder, data: bytes, seed: int = 0) -> np.ndarray:
@@ -39,6 +42,22 @@ def test_eval_preset_matches_torchvision_resize_center_crop(src, mean_tol):
     # One box resize equals resize-then-crop; above ~900 px libjpeg's DCT downscale (draft)
     # changes pixels slightly, by design, for ~4x faster decoding.
     assert np.abs(ours - ref).mean() <= mean_tol
+
+
+def test_a_lossless_jpeg_decodes_at_every_size_without_drafting():
+    """A lossless JPEG (tests/data, libjpeg-turbo 3's, of huffman.jpg's pixels): libjpeg-turbo
+    cannot decode one at a reduced scale (Pillow's draft: "broken data stream"), so a crop
+    that would draft it was counted undecodable, a good image lost. Decoded whole, every
+    size gives what the same pixels as a PNG give."""
+    data = (DATA / "lossless.jpg").read_bytes()
+    pixels = Image.open(DATA / "huffman.jpg").convert("RGB")
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(data)).convert("RGB")),
+                          np.asarray(pixels))  # lossless: the very pixels
+    png = encode(pixels, "PNG")
+    for size in (224, 64, 16):  # 16 and 64 would draft a lossy JPEG by 8 and by 2
+        for decoder in (eval_decoder(size), train_decoder(size)):
+            for seed in range(3):
+                assert np.array_equal(run(decoder, data, seed), run(decoder, png, seed))
 
 
 def test_solid_images_keep_their_value_through_both_presets():

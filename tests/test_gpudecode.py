@@ -91,13 +91,17 @@ def with_frame_marker(jpeg: bytes, marker: int) -> bytes:
 
 def test_screening_leaves_arithmetic_and_lossless_jpegs_to_the_cpu():
     """The JPEG engines take Huffman-coded DCT frames only; Pillow's libjpeg decodes the
-    others, so the packers get them: a real arithmetic-coded photo (libjpeg-turbo's,
-    tests/data), and the start-of-frame marker of each such coding. An EXIF thumbnail's frame
+    others, so the packers get them: a real arithmetic-coded photo and a real lossless one
+    (libjpeg-turbo's, tests/data), and the start-of-frame marker of each such coding. An EXIF thumbnail's frame
     (inside APP1) is not the image's."""
     limits = Limits()
     assert gpu_screen(DATA.joinpath("arithmetic.jpg").read_bytes(), "RGB", limits)[0] \
         == "arithmetic"
     assert gpu_screen(DATA.joinpath("huffman.jpg").read_bytes(), "RGB", limits)[0] is None
+    lossless = DATA.joinpath("lossless.jpg").read_bytes()  # its components RGB, as is usual
+    # for lossless JPEGs (no colour transform): refused for that first
+    assert gpu_screen(lossless, "RGB", limits)[0] == "color_rgb"
+    assert _frame_coding(lossless) == "lossless"
     for marker, coding in ((0xC1, None), (0xC3, "lossless"), (0xC9, "arithmetic"),
                            (0xCB, "lossless"), (0xCD, "arithmetic")):
         assert gpu_screen(with_frame_marker(solid(50), marker), "RGB", limits)[0] == coding
