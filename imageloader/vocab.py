@@ -325,10 +325,7 @@ def _fresh_sidecar(path: str) -> dict | None:
 
 def fresh_scan(path: str) -> dict | None:
     """The sidecar's content if it is fresh and names an index that is too; never scans."""
-    try:
-        data = _read_sidecar(sidecar_path(path), file_stamp(path))
-    except OSError:
-        return None
+    data = _fresh_sidecar(path)
     if data is None or (data.get("regions") and index_is_stale(path, data["regions"])):
         return None
     return data
