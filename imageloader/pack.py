@@ -2,8 +2,10 @@
 
     python -m imageloader pack photos/train train.tgz                  # train/<class>/<file>
     python -m imageloader pack photos/train train.tgz --shards 8 --shuffle-seed 0
+    python -m imageloader pack photos.zip photos.tgz                   # a .zip, not unpacked
 
-Accepted folders:
+Accepted folders (or .zip files holding them, read member by member; a zip's name less
+".zip" stands for SRC's folder name, and its __MACOSX/ entries are left out as hidden):
 
     SRC/<class>/<file>           members: <prefix>/<class>/<file>  (prefix: SRC's folder name)
     SRC/<split>/<class>/<file>   members: <split>/<class>/<file>   (prefix: none; a loader
@@ -25,9 +27,10 @@ import logging
 import os
 import random
 import tarfile
+import zipfile
 from typing import Iterable
 
-from .read import IMAGE_EXTENSIONS
+from .read import IMAGE_EXTENSIONS, has_image_extension
 
 log = logging.getLogger(__name__)
 FIXED_MTIME = 0  # so that the bytes do not depend on when, or from what checkout, they were made
@@ -61,8 +64,15 @@ def write_reproducible_tgz(path: str | os.PathLike, members: Iterable[tuple[str,
     return payload
 
 
+def is_zip(src: str | os.PathLike) -> bool:
+    return os.path.isfile(src) and zipfile.is_zipfile(src)
+
+
 def list_files(src: str | os.PathLike) -> list[str]:
-    """Relative POSIX paths of the non-hidden regular files under src, sorted."""
+    """Relative POSIX paths of the non-hidden regular files under src (a folder or a zip),
+    sorted."""
+    if is_zip(src):
+        return _zip_files(src)
     found = []
     for dirpath, dirnames, filenames in os.walk(src):
         # Pruned in place: os.walk then skips hidden folders (.git, .ipynb_checkpoints, ...).
@@ -74,14 +84,24 @@ def list_files(src: str | os.PathLike) -> list[str]:
     return sorted(found)
 
 
+def _zip_files(src: str | os.PathLike) -> list[str]:
+    """A zip's file entries as list_files gives a folder's: hidden ones left out (names
+    starting with '.', and __MACOSX/, where macOS's archiver keeps resource forks)."""
+    with zipfile.ZipFile(src) as archive:
+        names = [info.filename for info in archive.infolist() if not info.is_dir()]
+    return sorted(name for name in names
+                  if not any(part.startswith(".") or part == "__MACOSX"
+                             for part in name.split("/")))
+
+
 def image_files(src: str | os.PathLike) -> list[str]:
     """The image files under src; refuses a folder that is not one of the accepted layouts."""
-    if not os.path.isdir(src):
-        raise NotADirectoryError(f"pack reads a folder laid out as {LAYOUT}; {src} is not a "
-                                 f"folder")
+    if not (os.path.isdir(src) or is_zip(src)):
+        raise NotADirectoryError(f"pack reads a folder laid out as {LAYOUT}, or a .zip "
+                                 f"holding one; {src} is neither")
     files = list_files(src)
-    images = [p for p in files if os.path.splitext(p)[1].lower() in IMAGE_EXTENSIONS]
-    others = [p for p in files if os.path.splitext(p)[1].lower() not in IMAGE_EXTENSIONS]
+    images = [p for p in files if has_image_extension(p)]
+    others = [p for p in files if not has_image_extension(p)]
     if others:
         what = "1 file that is not an image" if len(others) == 1 else \
             f"{len(others)} files that are not images"
@@ -102,7 +122,8 @@ def default_prefix(src: str | os.PathLike, relative_paths: list[str]) -> str:
     """src's name for a <class>/<file> folder; nothing when src already holds <split>/ folders."""
     if {path.count("/") for path in relative_paths} == {2}:
         return ""
-    return os.path.basename(os.path.normpath(os.path.abspath(src)))
+    name = os.path.basename(os.path.normpath(os.path.abspath(src)))
+    return name[:-len(".zip")] if is_zip(src) and name.lower().endswith(".zip") else name
 
 
 def member_name(prefix: str, relative_path: str) -> str:
@@ -155,6 +176,11 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
 
 
 def _read_files(src, prefix: str, relative_paths: list[str]):
+    if is_zip(src):  # one open zip for all its members, each inflated as it is written
+        with zipfile.ZipFile(src) as archive:
+            for relative_path in relative_paths:
+                yield member_name(prefix, relative_path), archive.read(relative_path)
+        return
     for relative_path in relative_paths:
         with open(os.path.join(src, relative_path), "rb") as f:
             yield member_name(prefix, relative_path), f.read()
@@ -164,7 +190,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m imageloader pack", description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("src", help="folder holding <class>/<file> or <split>/<class>/<file>")
+    parser.add_argument("src", help="folder (or .zip) holding <class>/<file> or "
+                                    "<split>/<class>/<file>")
     parser.add_argument("out", help="output .tgz; with --shards N, the stem of the shard names")
     parser.add_argument("--shards", type=int, default=1, help="archives to split the images into")
     parser.add_argument("--shuffle-seed", type=int, default=None,

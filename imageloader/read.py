@@ -29,6 +29,13 @@ IMAGE_EXTENSIONS = frozenset({
     ".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm",
 })
 ARCHIVE_SUFFIXES = (".tgz", ".tar.gz", ".tar")
+
+
+def has_image_extension(name: str) -> bool:
+    """Whether a file's name ends in one of IMAGE_EXTENSIONS (any case)."""
+    return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
+
+
 _GZIP_MAGIC = b"\x1f\x8b"
 _DRAIN_CHUNK = 1 << 20
 _READ_CHUNK = 4 << 20     # bytes asked of the inflater at once
@@ -459,7 +466,7 @@ def classify(header: _Header, limits: Limits) -> tuple[str | None, str | None, s
     base = parts[-1]
     if base.startswith("._") or base == ".DS_Store" or "__MACOSX" in parts:
         return None, "macos_metadata", name
-    if os.path.splitext(base)[1].lower() not in IMAGE_EXTENSIONS:
+    if not has_image_extension(base):
         return None, "not_image", name
     if len(parts) < 2:
         return None, "no_class_folder", name
@@ -600,17 +607,47 @@ def _archive_error(archive, error, state, source) -> ArchiveError:
 
 
 def _is_gzip(source) -> bool:
-    if hasattr(source, "read"):
-        return False
     if isinstance(source, Region):
         return source.index is not None
+    return _first_bytes(source, 2) == _GZIP_MAGIC
+
+
+def _first_bytes(source, n: int) -> bytes:
+    """A file's or URL's first n bytes; none for a stream (read once) or what cannot be read."""
+    if hasattr(source, "read"):
+        return b""
     try:
         if remote.is_url(source):
-            return remote.head(source, 2) == _GZIP_MAGIC
+            return remote.head(source, n)
         with open(source, "rb") as f:
-            return f.read(2) == _GZIP_MAGIC
+            return f.read(n)
     except OSError:
-        return False
+        return b""
+
+
+# Archives the loader does not read, told by their first bytes, and how to make a .tgz of one
+# (every member kept as it is).
+_OTHER_FORMATS = (
+    (b"PK\x03\x04", "a zip file", "python -m imageloader pack {name} OUT.tgz"),
+    (b"BZh", "bzip2-compressed", "bzip2 -dc {name} | gzip > OUT.tgz"),
+    (b"\xfd7zXZ\x00", "xz-compressed", "xz -dc {name} | gzip > OUT.tgz"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed", "zstd -dc {name} | gzip > OUT.tgz"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive", "7z x {name} -oFOLDER, then python -m "
+     "imageloader pack FOLDER OUT.tgz"),
+    (b"Rar!\x1a\x07", "a RAR archive", "unrar x {name} FOLDER/, then python -m imageloader "
+     "pack FOLDER OUT.tgz"),
+)
+
+
+def _not_a_tar(archive: str, error: BaseException) -> str:
+    """Why an archive's first header is not a tar header: what the file is instead, when its
+    first bytes say, with the command that makes a .tgz of it."""
+    head = _first_bytes(archive, 8)
+    for magic, kind, remedy in _OTHER_FORMATS:
+        if head.startswith(magic):
+            return (f"{kind}: the loader reads tar archives, gzip-compressed or plain (.tgz, "
+                    f".tar.gz, .tar); {remedy.format(name=archive)} makes one")
+    return f"not a tar or gzip-compressed tar archive ({error})"
 
 
 def _walk(stream, archive, skipped, limits, read_data, state, reopen, region,
@@ -639,8 +676,7 @@ def _walk_blocks(blocks, archive, skipped, limits, read_data, state, stop=None,
         if _looks_inflated_empty(error, archive):
             raise ArchiveError(archive, "the gzip stream is truncated or corrupt: nothing "
                                "could be inflated from it") from None
-        raise ArchiveError(archive, f"not a tar or gzip-compressed tar archive ({error})") \
-            from None
+        raise ArchiveError(archive, _not_a_tar(archive, error)) from None
     if first is None:
         if stop is None:
             _check_trailer(blocks, archive, state)

@@ -1,6 +1,7 @@
 """pack.py: a folder of labeled images -> reproducible archives the loader reads."""
 import logging
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -117,8 +118,30 @@ def test_a_folder_without_images_or_a_file_is_refused(tmp_path):
     with pytest.raises(ValueError, match="no images found"):
         pack(tmp_path / "empty", tmp_path / "e.tgz")
     write_png(tmp_path / "one.png", 1)
-    with pytest.raises(NotADirectoryError, match="is not a folder"):
+    with pytest.raises(NotADirectoryError, match="or a .zip holding one; .*one.png is neither"):
         pack(tmp_path / "one.png", tmp_path / "e.tgz")
+
+
+def test_a_zip_is_packed_as_its_folder_would_be_without_unpacking(class_folder, tmp_path):
+    """Kaggle-style: the class folder zipped (with macOS's __MACOSX/ resource forks, a
+    hidden file and directory entries): the archive holds what packing the folder gives,
+    byte for byte, its prefix being the zip's name; the loader reads it."""
+    zipped = tmp_path / "train.zip"
+    with zipfile.ZipFile(zipped, "w") as out:
+        for path in sorted(class_folder.rglob("*")):
+            name = path.relative_to(class_folder).as_posix()
+            if path.is_dir():
+                out.writestr(name + "/", b"")
+            else:
+                out.write(path, name)
+                out.writestr(f"__MACOSX/{Path(name).parent}/._{path.name}", b"\x00\x05\x16\x07")
+    from_zip = pack(zipped, tmp_path / "z" / "train.tgz")[0]
+    from_folder = pack(class_folder, tmp_path / "f" / "train.tgz")[0]
+    assert Path(from_zip).read_bytes() == Path(from_folder).read_bytes()
+    assert sorted(read_members(from_zip)) == expected_class_members()
+    with ImageLoader(from_zip, batch_size=15, size=4, train=False, workers=0,
+                     device="cpu") as loader:
+        assert loader.vocab.classes == ("cat", "dog", "fox") and len(loader) == 1
 
 
 def test_more_shards_than_images_is_refused(class_folder, tmp_path):

@@ -1,10 +1,13 @@
 """Stage 1: the streaming tar reader."""
 from __future__ import annotations
 
+import bz2
 import gzip
 import io
+import lzma
 import tarfile
 import tracemalloc
+import zipfile
 from collections import Counter
 from pathlib import Path
 
@@ -13,6 +16,7 @@ import pytest
 from conftest import add_entry, add_file, labeled_files, solid, write_archive
 from imageloader import read
 from imageloader.errors import ArchiveError, Limits
+from imageloader.pack import pack
 from imageloader.read import available_inflaters, expand_sources, iter_members
 
 
@@ -262,6 +266,41 @@ def test_not_an_archive(tmp_path):
     with pytest.raises(ArchiveError, match="not a tar") as info:
         members(str(path))
     assert "photo.tgz" in str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["zip", "bz2", "xz", "zst", "7z"])
+def test_other_archive_formats_are_named_with_the_command_that_makes_a_tgz(tmp_path, kind):
+    """A zip (Kaggle's usual), a tar compressed with bzip2, xz or zstd, a 7-Zip archive: the
+    error says what the file is and how to make a .tgz of it; for the zip and the xz the
+    command's .tgz reads the same members."""
+    files = labeled_files(2, 3)
+    path = tmp_path / f"photos.{kind}"
+    if kind == "zip":
+        with zipfile.ZipFile(path, "w") as out:
+            for name, data in files:
+                out.writestr(name, data)  # train/<class>/<file>, as pack keeps it
+    elif kind in ("bz2", "xz"):
+        write_archive(tmp_path / "photos.tar", files, compress=False)
+        module = bz2 if kind == "bz2" else lzma
+        path.write_bytes(module.compress((tmp_path / "photos.tar").read_bytes()))
+    else:  # no compressor of these here: their magic numbers, then bytes
+        magic = {"zst": b"\x28\xb5\x2f\xfd", "7z": b"7z\xbc\xaf\x27\x1c"}[kind]
+        path.write_bytes(magic + bytes(range(256)) * 8)
+    said = {"zip": r"a zip file: .*python -m imageloader pack .*photos.zip OUT.tgz makes one",
+            "bz2": r"bzip2-compressed: .*bzip2 -dc .*photos.bz2 \| gzip > OUT.tgz",
+            "xz": r"xz-compressed: .*xz -dc .*photos.xz \| gzip > OUT.tgz",
+            "zst": r"zstd-compressed: .*zstd -dc .*photos.zst",
+            "7z": r"a 7-Zip archive: .*7z x .*photos.7z"}[kind]
+    with pytest.raises(ArchiveError, match=said + r".*\(archive '.*photos\." + kind):
+        members(str(path))
+    if kind == "zip":
+        made = pack(path, tmp_path / "made.tgz")[0]
+    elif kind == "xz":
+        made = tmp_path / "made.tgz"
+        made.write_bytes(gzip.compress(lzma.decompress(path.read_bytes())))
+    else:
+        return
+    assert [(m.name, m.data) for m in members(str(made))[0]] == sorted(files)
 
 
 # --------------------------------------------------------------------------------------------
