@@ -18,15 +18,22 @@ PACK_HINT = ("python -m imageloader pack FOLDER OUT.tgz makes one from a folder 
              "<class>/<file> images")
 # Folder names that say "split", not "class": the only class being one of them means the
 # images lie directly in the split folder (train/x.jpg). A year or version may follow
-# (COCO's train2017/ and val2017/, train_1/): is_split_name.
+# (COCO's train2017/ and val2017/, train_1/), and one of SPLIT_COMPANIONS may stand before or
+# after it (Kaggle's training_set/ and test_set/, valset/, val_images/, images_train/): without them
+# training_set/<class>/ beside test_set/<class>/ read as one set, the test images trained on.
 SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "test", "testing",
                          "eval", "evaluation", "dev"})
-_SPLIT_NAME = re.compile(rf"(?:{'|'.join(sorted(SPLIT_NAMES))})(?:[-_.]?\d+)?", re.IGNORECASE)
+SPLIT_COMPANIONS = frozenset({"set", "data", "images", "imgs", "img", "files", "samples",
+                              "split"})
+_COMPANION = rf"(?:{'|'.join(sorted(SPLIT_COMPANIONS))})"
+_SPLIT_NAME = re.compile(rf"(?:{_COMPANION}[-_.]?)?(?:{'|'.join(sorted(SPLIT_NAMES))})"
+                         rf"(?:[-_.]?\d+)?(?:[-_.]?{_COMPANION})?", re.IGNORECASE)
 
 
 def is_split_name(name: str) -> bool:
     """Whether a folder's name says "split": one of SPLIT_NAMES, in any case, alone or with a
-    number after it (train2017, val-2, TEST_1)."""
+    number after it (train2017, val-2, TEST_1), and with one of SPLIT_COMPANIONS before or
+    after it or neither (training_set, val_images, images_train)."""
     return _SPLIT_NAME.fullmatch(name) is not None
 
 
@@ -138,8 +145,9 @@ def check_split(split) -> str | tuple[str, ...] | None:
     if not names or any(not isinstance(n, str) or not is_split_name(n) for n in names):
         raise ValueError(f"split must be None, the name of a split folder, or several names "
                          f"(read as one set); names are {', '.join(sorted(SPLIT_NAMES))} (any "
-                         f"case), alone or with a number after them (train2017), got "
-                         f"{split!r}")
+                         f"case), alone or with a number after them (train2017), and "
+                         f"with {', '.join(sorted(SPLIT_COMPANIONS))} before or after "
+                         f"them or neither (training_set, val_images), got {split!r}")
     lowered = sorted({name.lower() for name in names})
     return lowered[0] if len(lowered) == 1 else tuple(lowered)
 

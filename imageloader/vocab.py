@@ -11,10 +11,13 @@ it names them (Options(split=...)).
 """
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
+import tarfile
 import warnings
+import zlib
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Mapping
@@ -23,14 +26,14 @@ from . import remote
 from .errors import (LAYOUT, PACK_HINT, ArchiveError, Limits, check_split, counted,
                      is_split_name, two_splits_message)
 from .index import file_stamp, index_is_stale, recorder_for, regions_from
-from .read import (IMAGE_EXTENSIONS, Region, Source, expand_sources, iter_members,
-                   source_name, split_folder, split_names)
+from .read import (IMAGE_EXTENSIONS, Region, Source, expand_sources, has_image_extension,
+                   iter_members, source_name, split_folder, split_names)
 
 log = logging.getLogger(__name__)
 SIDECAR_SUFFIX = ".classes.json"
-_FORMAT = "imageloader.classes/6"  # 2: with regions (index.py); 3: with splits; 4: their
+_FORMAT = "imageloader.classes/7"  # 2: with regions (index.py); 3: with splits; 4: their
 # classes, and each region's images of each split; 5: splits named in lower case; 6: split
-# names with a number after them (train2017)
+# names with a number after them (train2017); 7: and with a companion word (training_set)
 
 
 class Vocabulary:
@@ -124,19 +127,27 @@ def scan_classes(scan: dict, split: str | tuple[str, ...] | None) -> dict[str, i
     return dict(sorted(counts.items()))
 
 
+# A URL shard's first image is looked for in its first bytes only: one small request per
+# shard, beside the one that asks its size. Headers come first, and an image's header is
+# in the first block of a shard that starts with it; a shard that starts with a large file
+# of another kind is left to its reader.
+PEEK_BYTES = 64 << 10
+
+
 def refuse_two_splits(sources: list[Source], limits: Limits) -> None:
     """For a loader given its classes (vocab=) and no split: refuse images of two splits, as
     from_archives does, where archives have fresh sidecars (an earlier scan's, or the one
     this loader's plan made for its regions; a URL's in the cache folder). It never scans: a
     loader given its classes may be meant to start without a pass over a large archive.
-    Local shards without a sidecar are told by their first image (shards are usually one
-    split each, and each may go to a reader of its own). The readers refuse a second split
-    when they meet one (workers._chain_members): within a stream, or a shard."""
+    Shards without a sidecar are told by their first image (shards are usually one split
+    each, and each may go to a reader of its own); a URL's, from its first PEEK_BYTES, one
+    small request. The readers refuse a second split when they meet one
+    (workers._chain_members): within a stream, or a shard."""
     paths = [os.fspath(source) for source in sources if not hasattr(source, "read")]
     scans = {path: _fresh_sidecar(path) for path in paths}
     known = [path for path, scan in scans.items() if scan is not None]
     found = _splits_found(known, [scans[path] for path in known])
-    unscanned = [p for p, scan in scans.items() if scan is None and not remote.is_url(p)]
+    unscanned = [path for path, scan in scans.items() if scan is None]
     if unscanned and len(paths) > 1:  # one archive alone: its reader meets both
         for path, name in zip(unscanned, _first_images(unscanned, limits)):
             split = None if name is None else split_folder(name)
@@ -153,8 +164,10 @@ def _first_images(paths: list[str], limits: Limits) -> list[str | None]:
 
 def _first_image(path: str, limits: Limits) -> str | None:
     """The name of an archive's first image member, read without its data (python's own
-    inflate: no threads for a few KiB); None if it has none or cannot be read (its readers
-    then say why)."""
+    inflate: no threads for a few KiB); None if it has none, none within a URL's first
+    PEEK_BYTES, or cannot be read (its readers then say why)."""
+    if remote.is_url(path):
+        return _first_image_named(path)
     try:
         members = iter_members(path, skipped=Counter(), limits=limits, read_data=False,
                                inflate="gzip")
@@ -164,6 +177,22 @@ def _first_image(path: str, limits: Limits) -> str | None:
             members.close()
     except (StopIteration, ArchiveError):
         return None
+
+
+def _first_image_named(url: str) -> str | None:
+    """The name of the first member with an image's extension among the headers in a URL's
+    first PEEK_BYTES. tarfile's stream mode gives a header without its data; read.iter_members
+    gives a member only once its data is all there, and these bytes usually cut the first
+    image (one of 100 KB)."""
+    try:
+        head = io.BytesIO(remote.head(url, PEEK_BYTES))
+        with tarfile.open(fileobj=head, mode="r|*") as tar:
+            for info in tar:
+                if info.isfile() and has_image_extension(info.name):
+                    return info.name
+    except (tarfile.TarError, EOFError, OSError, zlib.error):  # RemoteError is an OSError
+        pass
+    return None
 
 
 def _no_split_message(sources: list, scans: list[dict], missing: list[str]) -> str:

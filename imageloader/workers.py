@@ -132,8 +132,9 @@ def _chain_members(archives, skipped, stats, plan: ReadPlan, opened: dict | None
             if not in_split(folder, plan.split):
                 continue  # another split's: not this loader's set, so not a skip either
             if plan.split is None and folder is not None:
-                first = first or (folder, member.archive, member.name)
-                if folder != first[0]:
+                if first is None:
+                    first = (folder, member.archive, member.name)
+                elif folder != first[0]:
                     raise ValueError(_second_split(first, folder, member))
             stats["bytes"] = stats.get("bytes", 0) + len(member.data)
             if far:  # bytes fetched, requests and retries of this reader in this epoch

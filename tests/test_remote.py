@@ -3,6 +3,7 @@ faults injected between loader and server, and two torchrun "nodes" reading one 
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
 import random
@@ -14,9 +15,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from conftest import free_port, solid, write_archive
-from imageloader import ImageLoader, Options, index, read, remote
+from imageloader import ImageLoader, Options, index, read, remote, vocab
 from imageloader.errors import ArchiveError
 from imageloader.read import iter_members
 from imageloader.remote import RemoteError, RemoteOptions, Url
@@ -257,6 +259,49 @@ def test_given_classes_do_not_mix_the_splits_of_a_url(tmp_path):
                                                      "split": ("train", "val")}) as loader:
             assert len(loader.plan.parts) > 2 and sorted(epoch_ids(loader)) == \
                 list(range(IMAGES))
+    finally:
+        server.close()
+
+
+def noise_png(rng: random.Random, at_least: int) -> bytes:
+    """A gray PNG of random pixels, which PNG cannot compress: more than at_least bytes."""
+    side = int(at_least ** 0.5) + 16
+    out = io.BytesIO()
+    Image.frombytes("L", (side, side), rng.randbytes(side * side)).save(out, "PNG")
+    return out.getvalue()
+
+
+def test_given_classes_do_not_mix_url_shards_of_two_splits(tmp_path):
+    """URL shards of one split each (train and val shards in one list), never scanned (one
+    reader per shard: no regions, so no scan), given their classes and no split: the shards'
+    first bytes (one small request each) refuse the set before the first batch. A shard
+    whose first image lies past them is left to its reader; shards of one split are read."""
+    root = tmp_path / "www"
+    root.mkdir()
+    rng = random.Random(0)
+    for shard, split in enumerate(["train", "val", "train"]):
+        big = [(f"t/{split}/notes.bin", rng.randbytes(3 * vocab.PEEK_BYTES))] if shard == 2 else []
+        write_archive(root / f"s{shard}.tgz", big + [  # each image larger than the first bytes
+            (f"t/{split}/c{i % 3}/{shard}-{i:02d}.png", noise_png(rng, vocab.PEEK_BYTES))
+            for i in range(12)])
+    server = range_server(str(root))
+    urls = [f"{server.url}/s{shard}.tgz" for shard in range(3)]
+    settings = dict(vocab=["c0", "c1", "c2"], options={"readers": 2})  # one per shard
+    try:
+        with numbered_loader(urls[:2], tmp_path, **settings) as loader:
+            server.reset()
+            with pytest.raises(ValueError, match=r"2 splits found \(train: member "
+                                                 r"'t/train/c0/0-00.png' of .*s0.tgz; val: "
+                                                 r"member 't/val/c0/1-00.png' of .*s1.tgz"):
+                len(loader)
+            assert server.counts["bytes"] <= 2 * vocab.PEEK_BYTES
+        assert not list((tmp_path / "cache").rglob("*.classes.json"))  # told without a scan
+        with numbered_loader(urls[::2], tmp_path, **settings) as loader:
+            assert len(loader.plan.parts) == 2 and sum(y.numel() for _, y in loader) == 24
+        settings["options"] = {"readers": 1}  # s2 shows no image in its first bytes: its
+        with numbered_loader(urls[1:], tmp_path, **settings) as loader:  # reader, s1's too,
+            with pytest.raises(ValueError, match=r"2 splits found"):  # meets both
+                list(loader)
     finally:
         server.close()
 

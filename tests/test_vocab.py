@@ -289,6 +289,35 @@ def test_split_folders_with_a_year_or_number_are_splits_too(tmp_path):
     assert Vocabulary.from_archives(trainer).classes == ("c00", "c01")  # one split: val
 
 
+def test_split_folders_named_with_a_companion_word_are_splits_too(tmp_path):
+    """Kaggle's layout, training_set/training_set/<class>/ beside test_set/test_set/<class>/
+    in one archive: two splits (the test images would be trained on), refused as one set and
+    read one at a time or together by split=; valset/ and images_train/ are splits too. A
+    folder of a companion word alone (data/, images/) is not one."""
+    files = [(f"{split}/{split}/{c}/{c}.{i}.jpg", solid(class_level(k)))
+             for split in ("training_set", "test_set") for k, c in enumerate(("cats", "dogs"))
+             for i in range(3 if split == "training_set" else 2)]
+    path = write_archive(tmp_path / "catsdogs.tgz", files)
+    with pytest.raises(ValueError, match=r"2 splits found \(test_set: 4 images in .*; "
+                                         r"training_set: 6 images in .*split='test_set'"):
+        Vocabulary.from_archives(path)
+    for split, images in (("Training_Set", 6), ("test_set", 4), (["test_set", "training_set"], 10)):
+        with ImageLoader(path, batch_size=2, size=8, device="cpu", workers=0, train=False,
+                         options=Options(split=split)) as loader:
+            assert loader.vocab.classes == ("cats", "dogs")
+            labels = [label for _, y in loader for label in y.tolist()]
+            assert len(labels) == images and labels.count(0) == labels.count(1)
+    for folders in (("valset", "images_train"), ("data", "images")):
+        mixed = write_archive(tmp_path / f"{folders[0]}.tgz",
+                              [(f"{f}/c{k}/{i}.jpg", solid(k)) for f in folders for k in range(2)
+                               for i in range(2)])
+        if folders[0] == "data":
+            assert Vocabulary.from_archives(mixed).images == 8  # no split: one set
+        else:
+            with pytest.raises(ValueError, match=r"2 splits found \(images_train: .*valset: "):
+                Vocabulary.from_archives(mixed)
+
+
 def test_a_split_folder_met_as_an_unknown_class_is_named_so(tmp_path):
     val = write_archive(tmp_path / "val.tgz", [("val/0.jpg", solid(1))])
     with ImageLoader(val, batch_size=2, device="cpu", workers=0, vocab=["cat", "dog"],
