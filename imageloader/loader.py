@@ -250,7 +250,11 @@ class ImageLoader:
         batch_size: images per batch; the last partial batch is kept unless `drop_last`.
         train: random-resized-crop + flip (True) or resize + center crop (False).
         size: output size, int or (height, width).
-        device: where batches arrive; default CUDA if available, else CPU.
+        device: where batches arrive; default CUDA if available, else CPU. On another GPU
+            than cuda:0 the loader touches no other device (its decoders are made and its
+            nvImageCodec imported under `device`); a script that imports nvImageCodec itself
+            first, with no device set, puts a context on cuda:0 (nvImageCodec's import does):
+            call torch.cuda.set_device(device) before it.
         vocab: a Vocabulary, class list, {name: target} dict or file; default: scanned from
             the archives (and cached in a sidecar beside each).
         workers: decode processes; default all cores but one; 0 decodes in this process.

@@ -1824,3 +1824,34 @@ def test_a_newer_iterator_stops_the_decode_threads_of_the_older(tmp_path):
         labels = torch.cat([y.cpu() for _, y in second])
         assert sorted(labels.tolist()) == sorted(k for k in range(3) for _ in range(16))
         assert loader._pool.in_use() == 0
+
+
+def check_decode_script():
+    """scripts/check_decode.py, imported from its file (scripts/ is not a package)."""
+    import importlib.util
+    path = Path(__file__).parents[1] / "scripts" / "check_decode.py"
+    spec = importlib.util.spec_from_file_location("check_decode", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@cuda
+def test_check_decode_script_passes_on_varied_and_generated_photos(tmp_path):
+    """scripts/check_decode.py on the varied JPEGs (5 MP, every subsampling, EXIF, gray,
+    camera files) beside make_imagenet_like's photos (some progressive, large ones): both
+    paths give every image with its label, each within the tolerance, the worst named."""
+    script = check_decode_script()
+    photos = photo_archive(tmp_path, 48)
+    varied = write_archive(tmp_path / "varied.tgz", [
+        (f"v/c{k % 8}/{k:02d}.jpg", data) for k, data in enumerate(varied_jpegs())])
+    out = tmp_path / "report.json"
+    args = script.get_args_parser().parse_args([
+        "--data", str(varied), str(photos), "--images", "0", "--batch-size", "8",
+        "--workers", "2", "--out", str(out)])
+    assert script.main(args) == 0
+    report = json.loads(out.read_text())
+    assert report["images"] == len(varied_jpegs()) + 48 and report["over_tolerance"] == 0
+    assert report["cuda"]["decode"].startswith("cuda") and report["cpu"]["decode"] == "cpu (Pillow)"
+    assert report["cuda"]["fallbacks"]["gpu_decoded"] > 0
+    assert report["worst"][0]["member"].split(": ")[0] in (str(varied), str(photos))

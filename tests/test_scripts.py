@@ -1519,3 +1519,96 @@ def test_probe_second_gpu_names_the_first_step_on_gpu0(tmp_path, monkeypatch):
     assert line["steps"] == {"start": False, "imported": False, "made": True,
                              "first batch": True, "epoch": True, "closed": True,
                              "dropped": True}
+
+
+# --- check_decode (scripts/, the CPU side; its CUDA run is in test_gpudecode.py) -----------
+
+
+@pytest.fixture
+def check_decode():
+    spec = importlib.util.spec_from_file_location("check_decode",
+                                                  REPO_ROOT / "scripts" / "check_decode.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_check_decode_flags_a_wrong_image_by_member_and_different_labels(check_decode):
+    """compare(): decoders' small differences pass; an image that is another one's (a
+    swapped or stale slot) fails, named by member; labels out of step fail as such."""
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(0)
+    cpu = torch.randint(0, 256, (6, 3, 16, 16), dtype=torch.uint8, generator=gen)
+    near = (cpu.int() + torch.randint(-2, 3, cpu.shape, generator=gen)).clamp(0, 255)
+    gpu = near.to(torch.uint8)
+    gpu[4] = cpu[1]
+    labels = torch.tensor([0, 1, 2, 0, 1, 2])
+    names = [f"a.tgz: t/c/{i}.jpg" for i in range(6)]
+    said = {"decode": "x"}
+    report = check_decode.compare((cpu, labels, said), (gpu, labels, said), names, 12.0, 3)
+    assert report["over_tolerance"] == 1 and "1 image(s) differ" in report["failure"]
+    assert report["worst"][0]["member"] == "a.tgz: t/c/4.jpg" and report["worst"][0]["diff"] > 40
+    assert all(w["diff"] <= 2 for w in report["worst"][1:])
+    gpu[4] = near[4].to(torch.uint8)
+    assert "failure" not in check_decode.compare((cpu, labels, said), (gpu, labels, said),
+                                                 names, 12.0, 3)
+    shifted = check_decode.compare((cpu, labels, said), (gpu, labels.roll(1), said), names,
+                                   12.0, 3)
+    assert "different images" in shifted["failure"]
+    for cut, skipped in ((5, {}), (6, {"undecodable": 1})):  # a skipped image: indices only
+        other = {"decode": "x", "skipped": skipped}
+        unnamed = check_decode.compare((cpu, labels, said), (gpu, labels, other), names[:cut],
+                                       12.0, 3)
+        assert "member" not in unnamed["worst"][0]
+
+
+def test_check_decode_says_it_needs_cuda_without_one(check_decode, tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is here: test_gpudecode.py runs the script")
+    args = check_decode.get_args_parser().parse_args(["--data", str(tmp_path / "a.tgz")])
+    assert check_decode.main(args) == 2 and "needs CUDA" in capsys.readouterr().err
+
+
+# --- make_photo_sample -----------------------------------------------------------------------
+
+
+def test_make_photo_sample_takes_each_kind_then_large_jpegs_within_the_budget(monkeypatch,
+                                                                             tmp_path):
+    """Every kind of image in the folder (baseline, progressive and gray JPEG, RGBA PNG,
+    WebP), the smallest --per-kind of each, then large JPEGs, smallest first, while they fit;
+    a file behind a link once; a .jpg that is not an image left out; the loader reads every
+    member, the first folder being its class."""
+    script = load_script("make_photo_sample", monkeypatch)
+    src = tmp_path / "photos"
+    rng = np.random.default_rng(0)
+
+    def save(path, mode, size=(64, 48), **kwargs):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pixels = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+        Image.fromarray(pixels).convert(mode).save(path, **kwargs)
+        return path
+
+    small = [save(src / "beach" / f"b{i}.jpg", "RGB", (64 + 8 * i, 48)) for i in range(4)]
+    progressive = [save(src / "city" / f"p{i}.jpg", "RGB", (64 + 8 * i, 48), progressive=True)
+                   for i in range(4)]
+    others = [save(src / "city" / "gray.jpg", "L"), save(src / "beach" / "alpha.png", "RGBA"),
+              save(src / "beach" / "w.webp", "RGB")]
+    large = [save(src / "big" / f"l{i}.jpg", "RGB", (640 + 64 * i, 480), quality=95)
+             for i in range(3)]  # 330-400 KB of noise
+    (src / "city" / "notes.jpg").write_text("not an image")
+    (src / "zlink").mkdir()
+    (src / "zlink" / "same.jpg").symlink_to(small[0])
+    expected = small[:3] + progressive[:3] + others + large[:2]
+    budget = sum(p.stat().st_size for p in expected) + 1000  # short of the third large one
+    out = tmp_path / "sample.tgz"
+    taken = script.main(script_args(script, "--src", src, "--out", out, "--max-mb",
+                                    budget / 1e6, "--per-kind", 3, "--large-kb", 200))
+    assert sorted(taken) == sorted(str(p) for p in expected)
+    members = read_members(out)
+    assert sorted(members.values()) == sorted(p.read_bytes() for p in expected)
+    assert {name.split("/")[1] for name in members} == {"beach", "big", "city"}
+    from imageloader import ImageLoader
+    with ImageLoader(str(out), batch_size=4, size=16, train=False, workers=0,
+                     device="cpu") as loader:
+        assert sum(len(y) for _, y in loader) == 11 and not loader.stats.skipped
