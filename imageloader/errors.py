@@ -107,7 +107,7 @@ class UnknownLabelError(KeyError):
 
 # Members that are skipped without being decoded, by the reader (counted, never silent).
 READER_SKIPS = (
-    "directory", "link", "special", "macos_metadata", "not_image", "no_class_folder",
+    "directory", "link", "special", "macos_metadata", "archive", "not_image", "no_class_folder",
     "bad_name", "duplicate", "too_large", "empty", "unknown_label",
 )
 # Images that were read but could not be decoded (counted under on_error="skip").

@@ -3,9 +3,12 @@
     python -m imageloader pack photos/train train.tgz                  # train/<class>/<file>
     python -m imageloader pack photos/train train.tgz --shards 8 --shuffle-seed 0
     python -m imageloader pack photos.zip photos.tgz                   # a .zip, not unpacked
+    python -m imageloader pack ILSVRC2012_img_train.tar train.tgz --prefix train
 
-Accepted folders (or .zip files holding them, read member by member; a zip's name less
-".zip" stands for SRC's folder name, and its __MACOSX/ entries are left out as hidden):
+Accepted folders, or a .zip or tar holding one, read member by member (an archive's name
+less its suffix stands for SRC's folder name; a zip's __MACOSX/ entries are left out as
+hidden). A tar's members that are tars themselves stand for folders of their names less
+".tar" (ImageNet's training archive holds one n01440764.tar ... per class):
 
     SRC/<class>/<file>           members: <prefix>/<class>/<file>  (prefix: SRC's folder name)
     SRC/<split>/<class>/<file>   members: <split>/<class>/<file>   (prefix: none; a loader
@@ -21,6 +24,7 @@ the gzip header. With `shards=N` the members are cut into N contiguous, near-equ
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import io
 import logging
@@ -30,12 +34,14 @@ import tarfile
 import zipfile
 from typing import Iterable
 
+from .errors import counted
 from .read import IMAGE_EXTENSIONS, has_image_extension
 
 log = logging.getLogger(__name__)
 FIXED_MTIME = 0  # so that the bytes do not depend on when, or from what checkout, they were made
 TGZ_SUFFIXES = (".tar.gz", ".tgz")
 LAYOUT = "SRC/<class>/<file> or SRC/<split>/<class>/<file>"
+SOURCE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")  # an archive's name less one: SRC's name
 
 
 def reproducible_tarinfo(name: str, size: int) -> tarfile.TarInfo:
@@ -68,11 +74,17 @@ def is_zip(src: str | os.PathLike) -> bool:
     return os.path.isfile(src) and zipfile.is_zipfile(src)
 
 
+def is_tar(src: str | os.PathLike) -> bool:
+    return os.path.isfile(src) and not is_zip(src) and tarfile.is_tarfile(src)
+
+
 def list_files(src: str | os.PathLike) -> list[str]:
-    """Relative POSIX paths of the non-hidden regular files under src (a folder or a zip),
-    sorted."""
+    """Relative POSIX paths of the non-hidden regular files under src (a folder, a zip or a
+    tar), sorted."""
     if is_zip(src):
         return _zip_files(src)
+    if is_tar(src):
+        return sorted(_tar_files(src))
     found = []
     for dirpath, dirnames, filenames in os.walk(src):
         # Pruned in place: os.walk then skips hidden folders (.git, .ipynb_checkpoints, ...).
@@ -89,16 +101,79 @@ def _zip_files(src: str | os.PathLike) -> list[str]:
     starting with '.', and __MACOSX/, where macOS's archiver keeps resource forks)."""
     with zipfile.ZipFile(src) as archive:
         names = [info.filename for info in archive.infolist() if not info.is_dir()]
-    return sorted(name for name in names
-                  if not any(part.startswith(".") or part == "__MACOSX"
-                             for part in name.split("/")))
+    return sorted(name for name in names if not _is_hidden(name))
+
+
+def _is_hidden(name: str) -> bool:
+    return any(part.startswith(".") or part == "__MACOSX" for part in name.split("/"))
+
+
+def _tar_files(src: str | os.PathLike) -> dict[str, tuple[int, int]]:
+    """A tar's regular members as list_files gives a folder's files, each with where its bytes
+    lie in the tar (offset, size); a member that is a tar itself (<class>.tar) stands for a
+    folder holding its members. Keyed to the file's size and mtime: pack lists, then reads."""
+    stat = os.stat(src)
+    return _tar_catalog(os.path.abspath(src), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=1)
+def _tar_catalog(path: str, size: int, mtime_ns: int) -> dict[str, tuple[int, int]]:
+    found: dict[str, tuple[int, int]] = {}
+    links = []  # and other members that are not regular files: warned of, never silently lost
+    with tarfile.open(path) as outer:
+        for member in outer:
+            name = _clean(member.name)
+            if member.isdir() or _is_hidden(name):
+                continue
+            if not member.isfile():
+                links.append(name)
+            elif name.lower().endswith(".tar"):
+                _catalog_inner_tar(found, path, outer, member, name[:-len(".tar")])
+            else:
+                _catalog(found, path, name, member.offset_data, member.size)
+    if links:
+        log.warning("pack %s: left out %s that %s not a regular file (e.g. %s)", path,
+                    counted(len(links), "member"), "is" if len(links) == 1 else "are", links[0])
+    return found
+
+
+def _catalog_inner_tar(found: dict, path: str, outer: tarfile.TarFile,
+                       member: tarfile.TarInfo, folder: str) -> None:
+    """A class's tar: its images lie at their offsets within it, past its own offset."""
+    try:
+        with tarfile.open(fileobj=outer.extractfile(member), mode="r:") as inner:
+            for image in inner:
+                name = _clean(image.name)
+                if not image.isfile() or _is_hidden(name):
+                    continue
+                if "/" in name:
+                    raise ValueError(f"pack {path}: member {member.name} holds {image.name}, "
+                                     f"in a folder; a class's tar holds its images directly, "
+                                     f"its name less .tar being their class")
+                _catalog(found, path, f"{folder}/{name}", member.offset_data + image.offset_data,
+                         image.size)
+    except tarfile.TarError as error:
+        raise ValueError(f"pack {path}: member {member.name} is named as a tar but cannot be "
+                         f"read as one ({error})") from None
+
+
+def _catalog(found: dict, path: str, name: str, offset: int, size: int) -> None:
+    if name in found:
+        raise ValueError(f"pack {path}: two members are both {name}; each image needs a path "
+                         f"of its own")
+    found[name] = (offset, size)
+
+
+def _clean(name: str) -> str:
+    """A member's name as a relative POSIX path: tar's leading ./ and slashes dropped."""
+    return "/".join(part for part in name.split("/") if part not in ("", "."))
 
 
 def image_files(src: str | os.PathLike) -> list[str]:
     """The image files under src; refuses a folder that is not one of the accepted layouts."""
-    if not (os.path.isdir(src) or is_zip(src)):
-        raise NotADirectoryError(f"pack reads a folder laid out as {LAYOUT}, or a .zip "
-                                 f"holding one; {src} is neither")
+    if not (os.path.isdir(src) or is_zip(src) or is_tar(src)):
+        raise NotADirectoryError(f"pack reads a folder laid out as {LAYOUT}, or a .zip or tar "
+                                 f"holding one; {src} is none of these")
     files = list_files(src)
     images = [p for p in files if has_image_extension(p)]
     others = [p for p in files if not has_image_extension(p)]
@@ -123,7 +198,10 @@ def default_prefix(src: str | os.PathLike, relative_paths: list[str]) -> str:
     if {path.count("/") for path in relative_paths} == {2}:
         return ""
     name = os.path.basename(os.path.normpath(os.path.abspath(src)))
-    return name[:-len(".zip")] if is_zip(src) and name.lower().endswith(".zip") else name
+    if os.path.isdir(src):
+        return name
+    suffix = next((s for s in SOURCE_SUFFIXES if name.lower().endswith(s)), "")
+    return name[:len(name) - len(suffix)]
 
 
 def member_name(prefix: str, relative_path: str) -> str:
@@ -181,6 +259,14 @@ def _read_files(src, prefix: str, relative_paths: list[str]):
             for relative_path in relative_paths:
                 yield member_name(prefix, relative_path), archive.read(relative_path)
         return
+    if is_tar(src):  # each image read at its offset: a class's tar is never unpacked
+        where = _tar_files(src)
+        with tarfile.open(src) as archive:
+            for relative_path in relative_paths:
+                offset, size = where[relative_path]
+                archive.fileobj.seek(offset)
+                yield member_name(prefix, relative_path), archive.fileobj.read(size)
+        return
     for relative_path in relative_paths:
         with open(os.path.join(src, relative_path), "rb") as f:
             yield member_name(prefix, relative_path), f.read()
@@ -190,8 +276,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m imageloader pack", description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("src", help="folder (or .zip) holding <class>/<file> or "
-                                    "<split>/<class>/<file>")
+    parser.add_argument("src", help="folder (or .zip or tar) holding <class>/<file> or "
+                                    "<split>/<class>/<file>; a tar's members <class>.tar "
+                                    "stand for <class>/ folders")
     parser.add_argument("out", help="output .tgz; with --shards N, the stem of the shard names")
     parser.add_argument("--shards", type=int, default=1, help="archives to split the images into")
     parser.add_argument("--shuffle-seed", type=int, default=None,

@@ -29,6 +29,9 @@ IMAGE_EXTENSIONS = frozenset({
     ".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm",
 })
 ARCHIVE_SUFFIXES = (".tgz", ".tar.gz", ".tar")
+# A member that is an archive itself is counted apart from other non-images ("archive"): a
+# tar of class tars (ImageNet's ILSVRC2012_img_train.tar) is one for pack to flatten.
+MEMBER_ARCHIVE_SUFFIXES = ARCHIVE_SUFFIXES + (".zip",)
 
 
 def has_image_extension(name: str) -> bool:
@@ -467,7 +470,8 @@ def classify(header: _Header, limits: Limits) -> tuple[str | None, str | None, s
     if base.startswith("._") or base == ".DS_Store" or "__MACOSX" in parts:
         return None, "macos_metadata", name
     if not has_image_extension(base):
-        return None, "not_image", name
+        return None, ("archive" if base.lower().endswith(MEMBER_ARCHIVE_SUFFIXES)
+                      else "not_image"), name
     if len(parts) < 2:
         return None, "no_class_folder", name
     return parts[-2], None, name

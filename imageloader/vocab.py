@@ -31,9 +31,10 @@ from .read import (IMAGE_EXTENSIONS, Region, Source, expand_sources, has_image_e
 
 log = logging.getLogger(__name__)
 SIDECAR_SUFFIX = ".classes.json"
-_FORMAT = "imageloader.classes/7"  # 2: with regions (index.py); 3: with splits; 4: their
+_FORMAT = "imageloader.classes/8"  # 2: with regions (index.py); 3: with splits; 4: their
 # classes, and each region's images of each split; 5: splits named in lower case; 6: split
-# names with a number after them (train2017); 7: and with a companion word (training_set)
+# names with a number after them (train2017); 7: and with a companion word (training_set);
+# 8: members that are archives counted as "archive", not "not_image"
 
 
 class Vocabulary:
@@ -214,6 +215,15 @@ def _no_images_message(sources: list, skipped: list[Mapping[str, int]]) -> str:
     loose = sum(counts.get("no_class_folder", 0) for counts in skipped)
     where = (f" {counted(loose, 'image')} {'lies' if loose == 1 else 'lie'} at the top level, "
              f"outside any class folder (no_class_folder)." if loose else "")
+    nested = [(source, counts["archive"]) for source, counts in zip(sources, skipped)
+              if counts.get("archive")]
+    if nested:
+        source, n = nested[0]
+        what = "is an archive itself" if n == 1 else "are archives themselves"
+        where += (f" {counted(n, 'member')} of {source} {what}: a tar of <class>.tar "
+                  f"archives (as ImageNet's ILSVRC2012_img_train.tar) is flattened into one "
+                  f"the loader reads by python -m imageloader pack {source} OUT.tgz "
+                  f"--prefix train.")
     return (f"no images found in {'; '.join(found)}.{where} Images are read from members "
             f"named <split>/<class>/<file> or <class>/<file>, the class being the parent "
             f"folder, with one of the extensions {' '.join(sorted(IMAGE_EXTENSIONS))}; "

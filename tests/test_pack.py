@@ -1,4 +1,5 @@
 """pack.py: a folder of labeled images -> reproducible archives the loader reads."""
+import io
 import logging
 import tarfile
 import zipfile
@@ -118,7 +119,8 @@ def test_a_folder_without_images_or_a_file_is_refused(tmp_path):
     with pytest.raises(ValueError, match="no images found"):
         pack(tmp_path / "empty", tmp_path / "e.tgz")
     write_png(tmp_path / "one.png", 1)
-    with pytest.raises(NotADirectoryError, match="or a .zip holding one; .*one.png is neither"):
+    with pytest.raises(NotADirectoryError,
+                       match="or a .zip or tar holding one; .*one.png is none of these"):
         pack(tmp_path / "one.png", tmp_path / "e.tgz")
 
 
@@ -142,6 +144,74 @@ def test_a_zip_is_packed_as_its_folder_would_be_without_unpacking(class_folder, 
     with ImageLoader(from_zip, batch_size=15, size=4, train=False, workers=0,
                      device="cpu") as loader:
         assert loader.vocab.classes == ("cat", "dog", "fox") and len(loader) == 1
+
+
+def class_tars(class_folder, out, mode="w"):
+    """ImageNet's training layout: one tar per class (n01440764.tar), its images directly in it,
+    all in one tar (here also with a directory entry, a hidden file, ./ names and a link)."""
+    with tarfile.open(out, mode) as outer:
+        directory = tarfile.TarInfo("docs")
+        directory.type = tarfile.DIRTYPE
+        outer.addfile(directory)
+        for k, folder in enumerate(sorted(p for p in class_folder.iterdir() if p.is_dir()
+                                          and not p.name.startswith("."))):
+            inner = io.BytesIO()
+            with tarfile.open(fileobj=inner, mode="w") as tar:
+                for image in sorted(folder.iterdir(), reverse=k == 1):  # any order inside
+                    tar.add(image, ("./" if k == 0 else "") + image.name)
+            info = tarfile.TarInfo(("./" if k == 2 else "") + folder.name + ".tar")
+            info.size = inner.tell()
+            outer.addfile(info, io.BytesIO(inner.getvalue()))
+        link = tarfile.TarInfo("latest.tar")
+        link.type, link.linkname = tarfile.SYMTYPE, "cat.tar"
+        outer.addfile(link)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["w", "w:gz"])
+def test_a_tar_of_class_tars_is_packed_as_their_folder_would_be(class_folder, tmp_path, mode,
+                                                                 caplog):
+    """ImageNet's ILSVRC2012_img_train.tar, packed without unpacking it: the same bytes as
+    packing the folder it stands for, whole or shuffled into shards; the link left out with a
+    warning; the loader reads the result."""
+    outer = class_tars(class_folder, tmp_path / "ILSVRC2012_img_train.tar", mode)
+    with caplog.at_level(logging.WARNING, logger="imageloader.pack"):
+        from_tar = pack(outer, tmp_path / "t" / "train.tgz", prefix="train")[0]
+    assert "left out 1 member that is not a regular file (e.g. latest.tar)" in caplog.text
+    assert Path(from_tar).read_bytes() == \
+        Path(pack(class_folder, tmp_path / "f" / "train.tgz")[0]).read_bytes()
+    shuffled = [pack(src, tmp_path / name / "s.tgz", shards=2, shuffle_seed=3, prefix="train")
+                for src, name in ((outer, "ts"), (class_folder, "fs"))]
+    assert [Path(p).read_bytes() for p in shuffled[0]] == \
+        [Path(p).read_bytes() for p in shuffled[1]]
+    assert sorted(read_members(pack(outer, tmp_path / "d" / "x.tgz")[0]))[0] == \
+        "ILSVRC2012_img_train/cat/0.png"  # no prefix given: the tar's name less .tar
+    with ImageLoader(from_tar, batch_size=15, size=4, train=False, workers=0, device="cpu",
+                     normalize=False, options=None) as loader:
+        images, labels = next(iter(loader))
+    assert loader.vocab.classes == ("cat", "dog", "fox")
+    assert sorted(images[labels == 2][:, 0, 0, 0].tolist()) == [80, 81, 82, 83, 84]
+
+
+def test_a_class_tar_with_folders_or_two_images_of_one_name_is_refused(tmp_path):
+    def tar_of(path, members):
+        with tarfile.open(path, "w") as tar:
+            for name, data in members:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        return path
+
+    nested = tar_of(tmp_path / "cat.tar", [("sub/0.png", b"x")])
+    with pytest.raises(ValueError, match=r"member cat.tar holds sub/0.png, in a folder"):
+        pack(tar_of(tmp_path / "a.tar", [("cat.tar", nested.read_bytes())]), tmp_path / "a.tgz")
+    flat = tar_of(tmp_path / "dog.tar", [("0.png", b"x")])
+    with pytest.raises(ValueError, match=r"two members are both dog/0.png"):
+        pack(tar_of(tmp_path / "b.tar", [("dog.tar", flat.read_bytes()), ("dog/0.png", b"y")]),
+             tmp_path / "b.tgz")
+    with pytest.raises(ValueError, match=r"member fox.tar is named as a tar but cannot be read"):
+        pack(tar_of(tmp_path / "c.tar", [("fox.tar", b"not a tar" * 100)]), tmp_path / "c.tgz")
+    assert not any(tmp_path.glob("*.tgz"))
 
 
 def test_more_shards_than_images_is_refused(class_folder, tmp_path):

@@ -91,6 +91,25 @@ def test_no_images_says_what_was_skipped_and_what_layout_is_read(tmp_path):
         assert "python -m imageloader pack FOLDER OUT.tgz" in message
 
 
+def test_a_tar_of_class_tars_is_counted_as_archives_and_named_with_the_pack_command(tmp_path):
+    """ImageNet's ILSVRC2012_img_train.tar holds a tar per class: nothing the loader reads
+    directly, so it says so, with the command that flattens it."""
+    inner = io.BytesIO()
+    with tarfile.open(fileobj=inner, mode="w") as tar:
+        add_file(tar, "n01440764_1.JPEG", solid(1))
+    path = tmp_path / "ILSVRC2012_img_train.tar"
+    with tarfile.open(path, "w") as tar:
+        for wnid in ("n01440764", "n01443537"):
+            add_file(tar, f"{wnid}.tar", inner.getvalue())
+        add_file(tar, "LICENSE", b"terms")
+    with pytest.raises(ValueError) as info:
+        Vocabulary.from_archives(path)
+    message = str(info.value)
+    assert f"no images found in {path} (skipped archive: 2, not_image: 1)" in message
+    assert f"2 members of {path} are archives themselves" in message
+    assert f"python -m imageloader pack {path} OUT.tgz --prefix train" in message
+
+
 def test_images_in_a_split_folder_without_class_folders_are_refused(tmp_path):
     """train/x.jpg would train a one-class model named "train"."""
     path = write_archive(tmp_path / "t.tgz", [(f"train/{i}.jpg", solid(i)) for i in range(3)])
