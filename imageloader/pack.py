@@ -4,6 +4,7 @@
     python -m imageloader pack photos/train train.tgz --shards 8 --shuffle-seed 0
     python -m imageloader pack photos.zip photos.tgz                   # a .zip, not unpacked
     python -m imageloader pack ILSVRC2012_img_train.tar train.tgz --prefix train
+    python -m imageloader pack ILSVRC2012_img_val.tar val.tgz --prefix val --labels val.csv
 
 Accepted folders, or a .zip or tar holding one, read member by member (an archive's name
 less its suffix stands for SRC's folder name; a zip's __MACOSX/ entries are left out as
@@ -14,7 +15,10 @@ hidden). A tar's members that are tars themselves stand for folders of their nam
     SRC/<split>/<class>/<file>   members: <split>/<class>/<file>   (prefix: none; a loader
                                  reads one split of them: Options(split="train"))
 
-so packing `photos/train` gives the ImageNet layout `train/<class>/<file>`. Only regular image
+so packing `photos/train` gives the ImageNet layout `train/<class>/<file>`. Images outside
+class folders (SRC/<file>, SRC/images/<file>) take their classes from `--labels`, a list of
+`file,class` rows (ImageNet's validation images: Kaggle's LOC_val_solution.csv, or a list
+made from the devkit; Kaggle's labels.csv of id,breed), and are written as <class>/<file>. Only regular image
 files are added (symlinks to files are followed); hidden files and folders (names starting with
 '.') and files that are not images are left out, the latter with a warning. Archives are
 byte-reproducible: fixed mtime, owner and mode in every tar header, mtime 0 and no file name in
@@ -24,6 +28,7 @@ the gzip header. With `shards=N` the members are cut into N contiguous, near-equ
 from __future__ import annotations
 
 import argparse
+import csv
 import functools
 import gzip
 import io
@@ -169,8 +174,9 @@ def _clean(name: str) -> str:
     return "/".join(part for part in name.split("/") if part not in ("", "."))
 
 
-def image_files(src: str | os.PathLike) -> list[str]:
-    """The image files under src; refuses a folder that is not one of the accepted layouts."""
+def image_files(src: str | os.PathLike, loose: bool = False) -> list[str]:
+    """The image files under src; refuses a folder that is not one of the accepted layouts
+    (images outside a class folder too, unless `loose`: their classes come from a list)."""
     if not (os.path.isdir(src) or is_zip(src) or is_tar(src)):
         raise NotADirectoryError(f"pack reads a folder laid out as {LAYOUT}, or a .zip or tar "
                                  f"holding one; {src} is none of these")
@@ -181,16 +187,78 @@ def image_files(src: str | os.PathLike) -> list[str]:
         what = "1 file that is not an image" if len(others) == 1 else \
             f"{len(others)} files that are not images"
         log.warning("pack %s: left out %s (e.g. %s)", src, what, others[0])
-    loose = [p for p in images if "/" not in p]
-    if loose:
-        raise ValueError(f"pack {src}: {len(loose)} of {len(images)} images "
-                         f"{'lies' if len(loose) == 1 else 'lie'} directly in the folder (e.g. "
-                         f"{loose[0]}), not in a class folder; the class of an image is its "
-                         f"parent folder: lay the folder out as {LAYOUT}")
+    outside = [p for p in images if "/" not in p] if not loose else []
+    if outside:
+        raise ValueError(f"pack {src}: {len(outside)} of {len(images)} images "
+                         f"{'lies' if len(outside) == 1 else 'lie'} directly in the folder "
+                         f"(e.g. {outside[0]}), not in a class folder; the class of an image is "
+                         f"its parent folder: lay the folder out as {LAYOUT}, or give each "
+                         f"image's class in a list (--labels FILE)")
     if not images:
         raise ValueError(f"pack {src}: no images found (extensions "
                          f"{' '.join(sorted(IMAGE_EXTENSIONS))}); expected {LAYOUT}")
     return images
+
+
+def labelled_paths(src: str | os.PathLike, relative_paths: list[str],
+                   labels: str | os.PathLike) -> dict[str, str]:
+    """Each image's path in the archive, <class>/<its file name>, its class from `labels`'
+    row for its path, its file name or its name less the extension. Every image needs a row;
+    rows that name no image are warned of (a first one is taken for a header)."""
+    rows = read_labels(labels)
+    targets, missing, used = {}, [], set()
+    for path in relative_paths:
+        name = path.rsplit("/", 1)[-1]
+        key = next((k for k in (path, name, os.path.splitext(name)[0]) if k in rows), None)
+        if key is None:
+            missing.append(path)
+            continue
+        used.add(key)
+        targets[path] = f"{rows[key]}/{name}"
+    if missing:
+        raise ValueError(f"pack {src}: {len(missing)} of {len(relative_paths)} images "
+                         f"{'has' if len(missing) == 1 else 'have'} no "
+                         f"row in {labels} (e.g. {missing[0]}); each image needs its class")
+    _refuse_one_name_twice(src, targets)
+    unused = [key for key in rows if key not in used]
+    if unused and unused[0] == next(iter(rows)):
+        unused = unused[1:]  # a first row that names no image is a header (id,breed)
+    if unused:
+        log.warning("pack %s: %s of %s %s no image (e.g. %s)", src, counted(len(unused), "row"),
+                    labels, "names" if len(unused) == 1 else "name", unused[0])
+    return targets
+
+
+def _refuse_one_name_twice(src, targets: dict[str, str]) -> None:
+    seen: dict[str, str] = {}
+    for path, target in targets.items():
+        if target in seen:
+            raise ValueError(f"pack {src}: {seen[target]} and {path} would both be {target}; "
+                             f"each image of a class needs a file name of its own")
+        seen[target] = path
+
+
+def read_labels(path: str | os.PathLike) -> dict[str, str]:
+    """{file: class} from a text file of rows `file,class` (or tab- or space-separated; a
+    class column holding more, as Kaggle's LOC_val_solution.csv does, gives its first word)."""
+    rows: dict[str, str] = {}
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        lines = f.read().splitlines()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        fields = [field.strip() for field in (next(csv.reader([line])) if "," in line
+                                              else line.split("\t") if "\t" in line
+                                              else line.split())]
+        if len(fields) < 2 or not fields[0] or not fields[1].split():
+            raise ValueError(f"{path}, line {number}: {line!r} is not a file and its class")
+        key, label = fields[0], fields[1].split()[0]
+        if "/" in label or label in (".", ".."):
+            raise ValueError(f"{path}, line {number}: class {label!r} cannot name a folder")
+        if rows.setdefault(key, label) != label:
+            raise ValueError(f"{path}, line {number}: {key} has two classes, {rows[key]} and "
+                             f"{label}")
+    return rows
 
 
 def default_prefix(src: str | os.PathLike, relative_paths: list[str]) -> str:
@@ -232,44 +300,51 @@ def shard_paths(out: str, shards: int) -> list[str]:
 
 def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
          shuffle_seed: int | None = None, prefix: str | None = None,
-         compresslevel: int = 6) -> list[str]:
+         compresslevel: int = 6, labels: str | os.PathLike | None = None) -> list[str]:
     """Write the images under `src` into `shards` .tgz archives; returns their paths.
 
     `prefix` is put before every member's path ('' for none; None: src's folder name for a
-    <class>/<file> folder, none for <split>/<class>/<file>)."""
+    <class>/<file> folder, none for <split>/<class>/<file>). `labels`: a file of `file,class`
+    rows for images that lie outside class folders (ImageNet's validation set, Kaggle's
+    labels.csv): each is written as <class>/<file>."""
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
-    relative_paths = image_files(src)
+    relative_paths = image_files(src, loose=labels is not None)
     if len(relative_paths) < shards:
         raise ValueError(f"pack {src}: {len(relative_paths)} images, fewer than {shards} shards")
-    prefix = default_prefix(src, relative_paths) if prefix is None else prefix
+    targets = (labelled_paths(src, relative_paths, labels) if labels is not None
+               else {path: path for path in relative_paths})
+    prefix = default_prefix(src, list(targets.values())) if prefix is None else prefix
     paths = shard_paths(os.fspath(out), shards)
     os.makedirs(os.path.dirname(paths[0]) or ".", exist_ok=True)
-    members = order_members(relative_paths, shuffle_seed)
+    sources = {target: path for path, target in targets.items()}
+    members = order_members(list(sources), shuffle_seed)
     for path, part in zip(paths, split_into_shards(members, shards)):
-        payload = write_reproducible_tgz(path, _read_files(src, prefix, part), compresslevel)
+        payload = write_reproducible_tgz(
+            path, _read_files(src, prefix, [(sources[m], m) for m in part]), compresslevel)
         log.info("%s: %d images, %d payload bytes, %d bytes", path, len(part), payload,
                  os.path.getsize(path))
     return paths
 
 
-def _read_files(src, prefix: str, relative_paths: list[str]):
+def _read_files(src, prefix: str, pairs: list[tuple[str, str]]):
+    """(member name, bytes) for each (path under src, path in the archive) pair, in order."""
     if is_zip(src):  # one open zip for all its members, each inflated as it is written
         with zipfile.ZipFile(src) as archive:
-            for relative_path in relative_paths:
-                yield member_name(prefix, relative_path), archive.read(relative_path)
+            for relative_path, target in pairs:
+                yield member_name(prefix, target), archive.read(relative_path)
         return
     if is_tar(src):  # each image read at its offset: a class's tar is never unpacked
         where = _tar_files(src)
         with tarfile.open(src) as archive:
-            for relative_path in relative_paths:
+            for relative_path, target in pairs:
                 offset, size = where[relative_path]
                 archive.fileobj.seek(offset)
-                yield member_name(prefix, relative_path), archive.fileobj.read(size)
+                yield member_name(prefix, target), archive.fileobj.read(size)
         return
-    for relative_path in relative_paths:
+    for relative_path, target in pairs:
         with open(os.path.join(src, relative_path), "rb") as f:
-            yield member_name(prefix, relative_path), f.read()
+            yield member_name(prefix, target), f.read()
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -288,10 +363,14 @@ def get_args_parser() -> argparse.ArgumentParser:
                         help="path before every member, '' for none; None: SRC's folder name "
                              "for <class>/<file>, none for <split>/<class>/<file>")
     parser.add_argument("--compresslevel", type=int, default=6, help="gzip level, 0-9")
+    parser.add_argument("--labels", default=None,
+                        help="file of `file,class` rows (or tab- or space-separated; a first "
+                             "row naming no image is a header) for images outside class "
+                             "folders: each is written as <class>/<file>")
     return parser
 
 
 def main(args: argparse.Namespace) -> list[str]:
     """The command: each archive written is logged (INFO) as `PATH: N images, ... bytes`."""
     return pack(args.src, args.out, shards=args.shards, shuffle_seed=args.shuffle_seed,
-                prefix=args.prefix, compresslevel=args.compresslevel)
+                prefix=args.prefix, compresslevel=args.compresslevel, labels=args.labels)

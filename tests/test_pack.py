@@ -214,6 +214,61 @@ def test_a_class_tar_with_folders_or_two_images_of_one_name_is_refused(tmp_path)
     assert not any(tmp_path.glob("*.tgz"))
 
 
+def test_loose_images_take_their_classes_from_a_labels_file(tmp_path, caplog):
+    """Kaggle's layout: train/<id>.png beside labels.csv (id,breed; ids without extension),
+    a row for an image that is not there, and a header; ImageNet's validation tar: flat
+    files, and rows `file class x y ...` (LOC_val_solution.csv's first word is the class)."""
+    flat = tmp_path / "kaggle" / "train"
+    for i, breed in enumerate(["pug", "collie", "pug", "beagle"]):
+        write_png(flat / f"{i:03d}.png", 10 * i)
+    labels = tmp_path / "labels.csv"
+    labels.write_text("id,breed\n000,pug\n001,collie\n002,pug\n003,beagle\n999,pug\n")
+    from imageloader.pack import get_args_parser, main
+    with caplog.at_level(logging.WARNING, logger="imageloader.pack"):
+        out = main(get_args_parser().parse_args([str(flat), str(tmp_path / "k.tgz"),
+                                                 "--labels", str(labels)]))[0]
+    assert f"1 row of {labels} names no image (e.g. 999)" in caplog.text
+    members = read_members(out)
+    assert list(members) == ["train/beagle/003.png", "train/collie/001.png",
+                             "train/pug/000.png", "train/pug/002.png"]
+    assert members["train/collie/001.png"] == (flat / "001.png").read_bytes()
+    with ImageLoader(out, batch_size=4, size=4, train=False, workers=0, device="cpu",
+                     normalize=False, options=None) as loader:
+        images, targets = next(iter(loader))
+    assert loader.vocab.classes == ("beagle", "collie", "pug")
+    assert sorted(zip(targets.tolist(), images[:, 0, 0, 0].tolist())) == \
+        [(0, 30), (1, 10), (2, 0), (2, 20)]
+
+    val = tmp_path / "ILSVRC2012_img_val.tar"
+    with tarfile.open(val, "w") as tar:
+        for i in range(2):
+            tar.add(flat / f"{i:03d}.png", f"ILSVRC2012_val_{i:08d}.JPEG")
+    solution = tmp_path / "LOC_val_solution.txt"
+    solution.write_text("ILSVRC2012_val_00000000 n01751748 1 2 3 4 n01751748 5 6 7 8\n"
+                        "ILSVRC2012_val_00000001\tn09193705 0 0 9 9\n")
+    assert sorted(read_members(pack(val, tmp_path / "v.tgz", prefix="val",
+                                    labels=solution)[0])) == \
+        ["val/n01751748/ILSVRC2012_val_00000000.JPEG", "val/n09193705/ILSVRC2012_val_00000001.JPEG"]
+
+
+def test_a_labels_file_that_leaves_an_image_out_or_contradicts_itself_is_refused(tmp_path):
+    for name in ("a/x.png", "b/x.png", "y.png"):
+        write_png(tmp_path / "src" / name, 1)
+    labels = tmp_path / "labels.csv"
+    cases = [("x.png,cat\n", r"1 of 3 images has no row in .*labels.csv \(e.g. y.png\)"),
+             ("x,cat\ny,dog\ny,cat\n", r"labels.csv, line 3: y has two classes, dog and cat"),
+             ("x,cat\ny\n", r"labels.csv, line 2: 'y' is not a file and its class"),
+             ("x,a/b\ny,c\n", r"line 1: class 'a/b' cannot name a folder"),
+             ("x,cat\ny,cat\n", r"a/x.png and b/x.png would both be cat/x.png")]
+    for text, message in cases:
+        labels.write_text(text)
+        with pytest.raises(ValueError, match=message):
+            pack(tmp_path / "src", tmp_path / "out.tgz", labels=labels)
+    with pytest.raises(ValueError, match=r"directly in the folder .* \(--labels FILE\)"):
+        pack(tmp_path / "src", tmp_path / "out.tgz")
+    assert not (tmp_path / "out.tgz").exists()
+
+
 def test_more_shards_than_images_is_refused(class_folder, tmp_path):
     with pytest.raises(ValueError, match="15 images, fewer than 16 shards"):
         pack(class_folder, tmp_path / "s.tgz", shards=16)
