@@ -28,6 +28,7 @@ the gzip header. With `shards=N` the members are cut into N contiguous, near-equ
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import functools
 import gzip
@@ -37,6 +38,7 @@ import os
 import random
 import tarfile
 import zipfile
+from concurrent.futures import ProcessPoolExecutor
 from typing import Iterable
 
 from .errors import counted
@@ -300,13 +302,15 @@ def shard_paths(out: str, shards: int) -> list[str]:
 
 def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
          shuffle_seed: int | None = None, prefix: str | None = None,
-         compresslevel: int = 6, labels: str | os.PathLike | None = None) -> list[str]:
+         compresslevel: int = 6, labels: str | os.PathLike | None = None,
+         jobs: int | None = None) -> list[str]:
     """Write the images under `src` into `shards` .tgz archives; returns their paths.
 
     `prefix` is put before every member's path ('' for none; None: src's folder name for a
     <class>/<file> folder, none for <split>/<class>/<file>). `labels`: a file of `file,class`
     rows for images that lie outside class folders (ImageNet's validation set, Kaggle's
-    labels.csv): each is written as <class>/<file>."""
+    labels.csv): each is written as <class>/<file>. `jobs`: shards written at once, in as many
+    processes (default: one a core)."""
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
     relative_paths = image_files(src, loose=labels is not None)
@@ -319,12 +323,32 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
     os.makedirs(os.path.dirname(paths[0]) or ".", exist_ok=True)
     sources = {target: path for path, target in targets.items()}
     members = order_members(list(sources), shuffle_seed)
-    for path, part in zip(paths, split_into_shards(members, shards)):
-        payload = write_reproducible_tgz(
-            path, _read_files(src, prefix, [(sources[m], m) for m in part]), compresslevel)
-        log.info("%s: %d images, %d payload bytes, %d bytes", path, len(part), payload,
-                 os.path.getsize(path))
+    work = [(path, [(sources[m], m) for m in part])
+            for path, part in zip(paths, split_into_shards(members, shards))]
+    jobs = max(1, min(len(work), jobs or os.cpu_count() or 1))
+    with contextlib.ExitStack() as stack:
+        # Shards in parallel processes: gzip deflates ~40 MB/s a core, ImageNet's 140 GB
+        # would take an hour in one.
+        run = map if jobs == 1 else stack.enter_context(ProcessPoolExecutor(jobs)).map
+        write = functools.partial(_write_shard, src, prefix, compresslevel)
+        for path, images, payload in run(write, *zip(*work)):
+            log.info("%s: %d images, %d payload bytes, %d bytes", path, images, payload,
+                     os.path.getsize(path))
     return paths
+
+
+def _write_shard(src, prefix: str, compresslevel: int, path: str,
+                 pairs: list[tuple[str, str]]) -> tuple[str, int, int]:
+    """One archive, written beside its name and renamed when whole: a pack that fails or is
+    stopped leaves no archive that looks complete."""
+    partial = path + ".partial"
+    try:
+        payload = write_reproducible_tgz(partial, _read_files(src, prefix, pairs), compresslevel)
+        os.replace(partial, path)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+    return path, len(pairs), payload
 
 
 def _read_files(src, prefix: str, pairs: list[tuple[str, str]]):
@@ -363,6 +387,8 @@ def get_args_parser() -> argparse.ArgumentParser:
                         help="path before every member, '' for none; None: SRC's folder name "
                              "for <class>/<file>, none for <split>/<class>/<file>")
     parser.add_argument("--compresslevel", type=int, default=6, help="gzip level, 0-9")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="shards written at once, one process each; None: one a core")
     parser.add_argument("--labels", default=None,
                         help="file of `file,class` rows (or tab- or space-separated; a first "
                              "row naming no image is a header) for images outside class "
@@ -373,4 +399,5 @@ def get_args_parser() -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> list[str]:
     """The command: each archive written is logged (INFO) as `PATH: N images, ... bytes`."""
     return pack(args.src, args.out, shards=args.shards, shuffle_seed=args.shuffle_seed,
-                prefix=args.prefix, compresslevel=args.compresslevel, labels=args.labels)
+                prefix=args.prefix, compresslevel=args.compresslevel, labels=args.labels,
+                jobs=args.jobs)

@@ -67,6 +67,24 @@ def test_shards_partition_the_images_exactly_once(class_folder, tmp_path):
     assert all_names != expected_class_members()  # the seed shuffled the order
 
 
+def test_shards_written_in_parallel_are_the_same_bytes_and_none_is_left_half_written(
+        class_folder, tmp_path, monkeypatch):
+    one = pack(class_folder, tmp_path / "one" / "t.tgz", shards=3, shuffle_seed=0, jobs=1)
+    many = pack(class_folder, tmp_path / "many" / "t.tgz", shards=3, shuffle_seed=0, jobs=3)
+    assert [Path(p).read_bytes() for p in one] == [Path(p).read_bytes() for p in many]
+    import imageloader.pack as packing
+    read_files = packing._read_files
+
+    def fail_after_one(src, prefix, pairs):
+        yield from read_files(src, prefix, pairs[:1])
+        raise OSError(f"{pairs[1][0]}: read error")
+
+    monkeypatch.setattr(packing, "_read_files", fail_after_one)
+    with pytest.raises(OSError, match="read error"):
+        pack(class_folder, tmp_path / "broken" / "t.tgz", jobs=1)
+    assert list((tmp_path / "broken").iterdir()) == []
+
+
 def test_archives_are_byte_reproducible(class_folder, tmp_path):
     first = pack(class_folder, tmp_path / "a" / "x.tgz", shards=2)
     # Another output name too: the name must not leak into the gzip header.
