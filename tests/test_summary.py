@@ -52,3 +52,15 @@ def test_the_splits_of_an_archive_are_counted_and_two_are_pointed_out(tmp_path, 
     one = write_archive(tmp_path / "one.tgz", labeled_files(2, 3))
     assert summary.summarize(one)["splits"] == {"train": 6}
     assert "  splits:" not in run(capsys, one)[1]
+
+
+def test_skips_a_repack_would_read_name_the_command(tmp_path, capsys):
+    with open(write_archive(tmp_path / "inner.tgz", [("x.jpg", b"x")]), "rb") as f:
+        inner = f.read()
+    path = write_archive(tmp_path / "a.tgz", [("n01440764.tar.gz", inner), ("loose.jpg", b"y")])
+    code, out = run(capsys, path)
+    assert code == 0 and "0 images in 0 classes" in out
+    assert (f"skipped 1 x archive (a tar of <class>.tar, as ImageNet's: python -m imageloader "
+            f"pack {path} OUT.tgz --prefix train)") in out
+    assert f"skipped 1 x no_class_folder (images without a class folder: python -m " \
+           f"imageloader pack {path} OUT.tgz --labels FILE" in out
