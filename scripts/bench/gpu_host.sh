@@ -51,6 +51,8 @@
 #                                 # with its data on the GPU and fed by one lane and two, ~3 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR suspects  # what slows ResNet-18's training thread
 #                                 # on photos: the probe's rows, decoder pools, regions, ~8 min
+#   SAMPLE=walls.tgz bash scripts/bench/gpu_host.sh OUT_DIR check [photos|fixed]  # CPU and
+#                                 # GPU pixels compared (check_decode.py), and its tests, ~2 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR engines [photos|fixed]  # which JPEGs the hardware
 #                                 # engines refuse, what refusals cost a lane's batch, ~1 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR nvjpeg [photos|fixed]  # nvJPEG's engines called
@@ -887,6 +889,20 @@ engines() {  # KIND: which JPEGs the hardware engines refuse, and what refusals 
     --out "$out/engines-$1.json" 2>&1 | grep --line-buffered -v "$quiet" | tail -40
 }
 
+check() {  # KIND: both decode paths' pixels (scripts/check_decode.py) on 2,048 images of a
+  # made archive, then on SAMPLE (an archive of real images carried in: make_photo_sample.py)
+  # if given, then check_decode's tests; each report in OUT_DIR
+  local archive="$data/$1-4096.tgz"
+  ensure_archive "$archive" --sizes "$1" --images 4096
+  python3 scripts/check_decode.py --data "$archive" --images 2048 --out "$out/check-$1.json" \
+    2>&1 | grep --line-buffered -v "$quiet" | tail -30
+  if [ -n "${SAMPLE:-}" ]; then
+    python3 scripts/check_decode.py --data "$SAMPLE" --images 0 --batch-size 8 \
+      --out "$out/check-sample.json" 2>&1 | grep --line-buffered -v "$quiet" | tail -30
+  fi
+  tests tests/test_gpudecode.py tests/test_scripts.py -k check_decode
+}
+
 case "$part" in
   none) ;;  # the wheels of .whl/ installed, nothing run (a first call before others)
   tests) shift 2; tests "$@" ;;
@@ -908,8 +924,9 @@ case "$part" in
   arena) arena 2>&1 | tee "$out/arena.log" ;;
   dali) dali "${3:-photos}" ;;
   engines) engines "${3:-photos}" 2>&1 | tee "$out/engines-${3:-photos}.log" ;;
+  check) check "${3:-photos}" 2>&1 | tee "$out/check-${3:-photos}.log" ;;
   nvjpeg) nvjpeg "${3:-photos}" 2>&1 | tee "$out/nvjpeg-${3:-photos}.log" ;;
   lanes) lanes "${3:-photos}" ;;
   ranks) ranks "${3:-fixed}" 2>&1 | tee "$out/run-${3:-fixed}.log" ;;
-  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, spread, blocking, sidestream, firstepoch, host, beside, spy, versus, regions, progressive, profile, suspects, batchcall, engines, nvjpeg or none" >&2; exit 2 ;;
+  *) echo "unknown part '$part': tests, bench, overlap, remote, decoders, lanes, dali, ranks, trial, threads, packers, share, ddp, spread, blocking, sidestream, firstepoch, host, beside, spy, versus, regions, progressive, profile, suspects, batchcall, engines, check, nvjpeg or none" >&2; exit 2 ;;
 esac
