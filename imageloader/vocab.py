@@ -130,9 +130,11 @@ def scan_classes(scan: dict, split: str | tuple[str, ...] | None) -> dict[str, i
 
 # A URL shard's first image is looked for in its first bytes only: one small request per
 # shard, beside the one that asks its size. Headers come first, and an image's header is
-# in the first block of a shard that starts with it; a shard that starts with a large file
-# of another kind is left to its reader.
+# in the first block of a shard that starts with it; a shard that starts with another file
+# (a README, a license) gets one more request, of PEEK_MORE_BYTES; one that starts with a
+# larger file of another kind is left to its reader.
 PEEK_BYTES = 64 << 10
+PEEK_MORE_BYTES = 1 << 20
 
 
 def refuse_two_splits(sources: list[Source], limits: Limits) -> None:
@@ -142,7 +144,7 @@ def refuse_two_splits(sources: list[Source], limits: Limits) -> None:
     loader given its classes may be meant to start without a pass over a large archive.
     Shards without a sidecar are told by their first image (shards are usually one split
     each, and each may go to a reader of its own); a URL's, from its first PEEK_BYTES, one
-    small request. The readers refuse a second split when they meet one
+    small request (or two: _first_image_named). The readers refuse a second split when they meet one
     (workers._chain_members): within a stream, or a shard."""
     paths = [os.fspath(source) for source in sources if not hasattr(source, "read")]
     scans = {path: _fresh_sidecar(path) for path in paths}
@@ -165,8 +167,8 @@ def _first_images(paths: list[str], limits: Limits) -> list[str | None]:
 
 def _first_image(path: str, limits: Limits) -> str | None:
     """The name of an archive's first image member, read without its data (python's own
-    inflate: no threads for a few KiB); None if it has none, none within a URL's first
-    PEEK_BYTES, or cannot be read (its readers then say why)."""
+    inflate: no threads for a few KiB); None if it has none, none within the first bytes of a
+    URL that _first_image_named reads, or cannot be read (its readers then say why)."""
     if remote.is_url(path):
         return _first_image_named(path)
     try:
@@ -182,16 +184,27 @@ def _first_image(path: str, limits: Limits) -> str | None:
 
 def _first_image_named(url: str) -> str | None:
     """The name of the first member with an image's extension among the headers in a URL's
-    first PEEK_BYTES. tarfile's stream mode gives a header without its data; read.iter_members
-    gives a member only once its data is all there, and these bytes usually cut the first
-    image (one of 100 KB)."""
+    first PEEK_BYTES, or if none is there (and the URL holds more), its first PEEK_MORE_BYTES.
+    tarfile's stream mode gives a header without its data; read.iter_members gives a member
+    only once its data is all there, and these bytes usually cut the first image."""
+    for size in (PEEK_BYTES, PEEK_MORE_BYTES):
+        try:
+            head = remote.head(url, size)
+        except OSError:  # RemoteError is one: its readers say why
+            return None
+        name = _first_image_in(head)
+        if name is not None or len(head) < size:
+            return name
+    return None
+
+
+def _first_image_in(head: bytes) -> str | None:
     try:
-        head = io.BytesIO(remote.head(url, PEEK_BYTES))
-        with tarfile.open(fileobj=head, mode="r|*") as tar:
+        with tarfile.open(fileobj=io.BytesIO(head), mode="r|*") as tar:
             for info in tar:
                 if info.isfile() and has_image_extension(info.name):
                     return info.name
-    except (tarfile.TarError, EOFError, OSError, zlib.error):  # RemoteError is an OSError
+    except (tarfile.TarError, EOFError, OSError, zlib.error):  # cut where the bytes end
         pass
     return None
 

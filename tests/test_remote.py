@@ -274,33 +274,39 @@ def noise_png(rng: random.Random, at_least: int) -> bytes:
 def test_given_classes_do_not_mix_url_shards_of_two_splits(tmp_path):
     """URL shards of one split each (train and val shards in one list), never scanned (one
     reader per shard: no regions, so no scan), given their classes and no split: the shards'
-    first bytes (one small request each) refuse the set before the first batch. A shard
-    whose first image lies past them is left to its reader; shards of one split are read."""
+    first bytes (one small request each; a second, larger one for a shard that starts with a
+    file of another kind) refuse the set before the first batch. A shard whose first image
+    lies past both is left to its reader; shards of one split are read."""
     root = tmp_path / "www"
     root.mkdir()
     rng = random.Random(0)
-    for shard, split in enumerate(["train", "val", "train"]):
-        big = [(f"t/{split}/notes.bin", rng.randbytes(3 * vocab.PEEK_BYTES))] if shard == 2 else []
+    notes = {2: 3 * vocab.PEEK_BYTES, 3: vocab.PEEK_MORE_BYTES + vocab.PEEK_BYTES}
+    for shard, split in enumerate(["train", "val", "train", "train"]):
+        big = [(f"t/{split}/notes.bin", rng.randbytes(notes[shard]))] if shard in notes else []
         write_archive(root / f"s{shard}.tgz", big + [  # each image larger than the first bytes
             (f"t/{split}/c{i % 3}/{shard}-{i:02d}.png", noise_png(rng, vocab.PEEK_BYTES))
             for i in range(12)])
     server = range_server(str(root))
-    urls = [f"{server.url}/s{shard}.tgz" for shard in range(3)]
+    s0, s1, s2, s3 = [f"{server.url}/s{shard}.tgz" for shard in range(4)]
     settings = dict(vocab=["c0", "c1", "c2"], options={"readers": 2})  # one per shard
     try:
-        with numbered_loader(urls[:2], tmp_path, **settings) as loader:
+        with numbered_loader([s0, s1], tmp_path, **settings) as loader:
             server.reset()
             with pytest.raises(ValueError, match=r"2 splits found \(train: member "
                                                  r"'t/train/c0/0-00.png' of .*s0.tgz; val: "
                                                  r"member 't/val/c0/1-00.png' of .*s1.tgz"):
                 len(loader)
             assert server.counts["bytes"] <= 2 * vocab.PEEK_BYTES
+        with numbered_loader([s1, s2], tmp_path, **settings) as loader:
+            with pytest.raises(ValueError, match=r"2 splits found .* member "
+                                                 r"'t/train/c0/2-00.png' of .*s2.tgz"):
+                len(loader)
         assert not list((tmp_path / "cache").rglob("*.classes.json"))  # told without a scan
-        with numbered_loader(urls[::2], tmp_path, **settings) as loader:
+        with numbered_loader([s0, s2], tmp_path, **settings) as loader:
             assert len(loader.plan.parts) == 2 and sum(y.numel() for _, y in loader) == 24
-        settings["options"] = {"readers": 1}  # s2 shows no image in its first bytes: its
-        with numbered_loader(urls[1:], tmp_path, **settings) as loader:  # reader, s1's too,
-            with pytest.raises(ValueError, match=r"2 splits found"):  # meets both
+        settings["options"] = {"readers": 1}  # s3 shows no image in its first bytes: its
+        with numbered_loader([s1, s3], tmp_path, **settings) as loader:  # reader, s1's too,
+            with pytest.raises(ValueError, match=r"2 splits found"):     # meets both
                 list(loader)
     finally:
         server.close()
