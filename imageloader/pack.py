@@ -18,7 +18,9 @@ hidden). A tar's members that are tars themselves stand for folders of their nam
 so packing `photos/train` gives the ImageNet layout `train/<class>/<file>`. Images outside
 class folders (SRC/<file>, SRC/images/<file>) take their classes from `--labels`, a list of
 `file,class` rows (ImageNet's validation images: Kaggle's LOC_val_solution.csv, or a list
-made from the devkit; Kaggle's labels.csv of id,breed), and are written as <class>/<file>. Only regular image
+made from the devkit; Kaggle's labels.csv of id,breed), and are written as <class>/<file>;
+with `--class-folder top`, the class is the folder right under SRC, the image anywhere
+below it (torchvision's ImageFolder rule: SRC/<class>/images/<file> as Tiny ImageNet has it). Only regular image
 files are added (symlinks to files are followed); hidden files and folders (names starting with
 '.') and files that are not images are left out, the latter with a warning. Archives are
 byte-reproducible: fixed mtime, owner and mode in every tar header, mtime 0 and no file name in
@@ -202,6 +204,19 @@ def image_files(src: str | os.PathLike, loose: bool = False) -> list[str]:
     return images
 
 
+def member_paths(src, relative_paths: list[str], labels, class_folder: str) -> dict[str, str]:
+    """{path under src: path in the archive, below the prefix}: as it is, or <class>/<file>
+    with the class from a labels file or from the folder right under src."""
+    if labels is not None:
+        return labelled_paths(src, relative_paths, labels)
+    if class_folder == "top":
+        targets = {path: f"{path.split('/', 1)[0]}/{path.rsplit('/', 1)[-1]}"
+                   for path in relative_paths}
+        _refuse_one_name_twice(src, targets)
+        return targets
+    return {path: path for path in relative_paths}
+
+
 def labelled_paths(src: str | os.PathLike, relative_paths: list[str],
                    labels: str | os.PathLike) -> dict[str, str]:
     """Each image's path in the archive, <class>/<its file name>, its class from `labels`'
@@ -303,21 +318,25 @@ def shard_paths(out: str, shards: int) -> list[str]:
 def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
          shuffle_seed: int | None = None, prefix: str | None = None,
          compresslevel: int = 6, labels: str | os.PathLike | None = None,
-         jobs: int | None = None) -> list[str]:
+         class_folder: str = "parent", jobs: int | None = None) -> list[str]:
     """Write the images under `src` into `shards` .tgz archives; returns their paths.
 
     `prefix` is put before every member's path ('' for none; None: src's folder name for a
     <class>/<file> folder, none for <split>/<class>/<file>). `labels`: a file of `file,class`
     rows for images that lie outside class folders (ImageNet's validation set, Kaggle's
-    labels.csv): each is written as <class>/<file>. `jobs`: shards written at once, in as many
+    labels.csv): each is written as <class>/<file>. `class_folder="top"`: an image's class is
+    the folder right under src, the image anywhere below it (torchvision's ImageFolder; Tiny
+    ImageNet's train/<class>/images/<file>), written as <class>/<file>. `jobs`: shards written at once, in as many
     processes (default: one a core)."""
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
+    if class_folder not in ("parent", "top") or (labels is not None and class_folder == "top"):
+        raise ValueError(f"class_folder must be 'parent' or 'top', and 'parent' with labels; "
+                         f"got {class_folder!r}")
     relative_paths = image_files(src, loose=labels is not None)
     if len(relative_paths) < shards:
         raise ValueError(f"pack {src}: {len(relative_paths)} images, fewer than {shards} shards")
-    targets = (labelled_paths(src, relative_paths, labels) if labels is not None
-               else {path: path for path in relative_paths})
+    targets = member_paths(src, relative_paths, labels, class_folder)
     prefix = default_prefix(src, list(targets.values())) if prefix is None else prefix
     paths = shard_paths(os.fspath(out), shards)
     os.makedirs(os.path.dirname(paths[0]) or ".", exist_ok=True)
@@ -387,6 +406,11 @@ def get_args_parser() -> argparse.ArgumentParser:
                         help="path before every member, '' for none; None: SRC's folder name "
                              "for <class>/<file>, none for <split>/<class>/<file>")
     parser.add_argument("--compresslevel", type=int, default=6, help="gzip level, 0-9")
+    parser.add_argument("--class-folder", choices=("parent", "top"), default="parent",
+                        help="an image's class: its parent folder, or the folder right under "
+                             "SRC with the image anywhere below it (torchvision's ImageFolder;"
+                             " Tiny ImageNet's <class>/images/<file>), written as "
+                             "<class>/<file>")
     parser.add_argument("--jobs", type=int, default=None,
                         help="shards written at once, one process each; None: one a core")
     parser.add_argument("--labels", default=None,
@@ -400,4 +424,4 @@ def main(args: argparse.Namespace) -> list[str]:
     """The command: each archive written is logged (INFO) as `PATH: N images, ... bytes`."""
     return pack(args.src, args.out, shards=args.shards, shuffle_seed=args.shuffle_seed,
                 prefix=args.prefix, compresslevel=args.compresslevel, labels=args.labels,
-                jobs=args.jobs)
+                class_folder=args.class_folder, jobs=args.jobs)

@@ -261,7 +261,9 @@ def _check_classes(sources: list, counts: Mapping[str, int]) -> None:
     warnings.warn(
         f"{archives}: one class found ({name!r}, {counted(images, 'image')}); a classifier "
         f"trained on it learns nothing. Members are read as {LAYOUT}: if the archive holds "
-        f"several classes, each image must lie in its class's folder",
+        f"several classes, each image must lie in its class's folder (where the classes are "
+        f"folders higher up, as in Tiny ImageNet's train/<class>/images/<file>, python -m "
+        f"imageloader pack train OUT.tgz --class-folder top packs them so)",
         stacklevel=4)  # the caller of ImageLoader(...), the usual way here
 
 

@@ -287,6 +287,41 @@ def test_a_labels_file_that_leaves_an_image_out_or_contradicts_itself_is_refused
     assert not (tmp_path / "out.tgz").exists()
 
 
+def test_top_folders_are_classes_as_torchvision_image_folder_takes_them(tmp_path, caplog):
+    """Tiny ImageNet's train/<wnid>/images/<file> beside <wnid>_boxes.txt: read as it is, the
+    only class would be "images" (the loader warns, naming the fix); packed with
+    class_folder="top", the classes are the wnids, images found at any depth below them."""
+    train = tmp_path / "tiny-imagenet-200" / "train"
+    for k, wnid in enumerate(["n01443537", "n01629819"]):
+        for i in range(2):
+            write_png(train / wnid / "images" / f"{wnid}_{i}.JPEG", 50 * k + i)
+        (train / wnid / f"{wnid}_boxes.txt").write_text("0 0 1 1\n")
+    as_is = pack(train, tmp_path / "as-is.tgz")[0]
+    with pytest.warns(UserWarning, match=r"one class found \('images', 4 images\).*"
+                                         r"pack train OUT.tgz --class-folder top"):
+        ImageLoader(as_is, batch_size=5, size=4, workers=0, device="cpu").close()
+    write_png(train / "n01629819" / "more" / "deeper" / "x.png", 99)
+    from imageloader.pack import get_args_parser, main
+    out = main(get_args_parser().parse_args([str(train), str(tmp_path / "top.tgz"),
+                                             "--class-folder", "top"]))[0]
+    assert sorted(read_members(out)) == [
+        "train/n01443537/n01443537_0.JPEG", "train/n01443537/n01443537_1.JPEG",
+        "train/n01629819/n01629819_0.JPEG", "train/n01629819/n01629819_1.JPEG",
+        "train/n01629819/x.png"]
+    with ImageLoader(out, batch_size=5, size=4, train=False, workers=0, device="cpu",
+                     normalize=False, options=None) as loader:
+        images, labels = next(iter(loader))
+    assert loader.vocab.classes == ("n01443537", "n01629819")
+    assert sorted(zip(labels.tolist(), images[:, 0, 0, 0].tolist())) == \
+        [(0, 0), (0, 1), (1, 50), (1, 51), (1, 99)]
+    write_png(train / "n01629819" / "dup" / "x.png", 98)
+    with pytest.raises(ValueError, match=r"n01629819/dup/x.png and n01629819/more/deeper/x.png "
+                                         r"would both be n01629819/x.png"):
+        pack(train, tmp_path / "dup.tgz", class_folder="top")
+    with pytest.raises(ValueError, match=r"'parent' with labels"):
+        pack(train, tmp_path / "dup.tgz", class_folder="top", labels=tmp_path / "l.csv")
+
+
 def test_more_shards_than_images_is_refused(class_folder, tmp_path):
     with pytest.raises(ValueError, match="15 images, fewer than 16 shards"):
         pack(class_folder, tmp_path / "s.tgz", shards=16)
