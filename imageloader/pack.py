@@ -19,13 +19,14 @@ so packing `photos/train` gives the ImageNet layout `train/<class>/<file>`. Imag
 class folders (SRC/<file>, SRC/images/<file>) take their classes from `--labels`, a list of
 `file,class` rows (ImageNet's validation images: Kaggle's LOC_val_solution.csv, or a list
 made from the devkit; Kaggle's labels.csv of id,breed), and are written as <class>/<file>;
-with `--class-folder top`, the class is the folder right under SRC, the image anywhere
-below it (torchvision's ImageFolder rule: SRC/<class>/images/<file> as Tiny ImageNet has it). Only regular image
-files are added (symlinks to files are followed); hidden files and folders (names starting with
-'.') and files that are not images are left out, the latter with a warning. Archives are
-byte-reproducible: fixed mtime, owner and mode in every tar header, mtime 0 and no file name in
-the gzip header. With `shards=N` the members are cut into N contiguous, near-equal archives
-`<out>-00000-of-0000N.tgz` ...; a shuffle seed makes each shard mix all classes.
+with `--class-folder top`, the class is the folder right under SRC, the image anywhere below
+it (torchvision's ImageFolder rule: SRC/<class>/images/<file>, as Tiny ImageNet has it). Only
+regular image files are added (symlinks to files are followed); hidden files and folders
+(names starting with '.') and files that are not images are left out, the latter with a
+warning. Archives are byte-reproducible: fixed mtime, owner and mode in every tar header,
+mtime 0 and no file name in the gzip header. With `shards=N` the members are cut into N
+contiguous, near-equal archives `<out>-00000-of-0000N.tgz` ...; a shuffle seed makes each
+shard mix all classes.
 """
 from __future__ import annotations
 
@@ -198,6 +199,12 @@ def image_files(src: str | os.PathLike, loose: bool = False) -> list[str]:
                          f"(e.g. {outside[0]}), not in a class folder; the class of an image is "
                          f"its parent folder: lay the folder out as {LAYOUT}, or give each "
                          f"image's class in a list (--labels FILE)")
+    tars = [p for p in others if p.lower().endswith(".tar")]
+    if not images and tars and os.path.isdir(src):
+        raise ValueError(f"pack {src}: no images found, but {counted(len(tars), 'tar')} (e.g. "
+                         f"{tars[0]}): a folder's tars are not unpacked; pack the tar that "
+                         f"holds them (ImageNet's ILSVRC2012_img_train.tar), or a tar of them: "
+                         f"tar -cf classes.tar -C {src} .")
     if not images:
         raise ValueError(f"pack {src}: no images found (extensions "
                          f"{' '.join(sorted(IMAGE_EXTENSIONS))}); expected {LAYOUT}")
@@ -326,8 +333,8 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
     rows for images that lie outside class folders (ImageNet's validation set, Kaggle's
     labels.csv): each is written as <class>/<file>. `class_folder="top"`: an image's class is
     the folder right under src, the image anywhere below it (torchvision's ImageFolder; Tiny
-    ImageNet's train/<class>/images/<file>), written as <class>/<file>. `jobs`: shards written at once, in as many
-    processes (default: one a core)."""
+    ImageNet's train/<class>/images/<file>), written as <class>/<file>. `jobs`: shards
+    written at once, in as many processes (default: one a core)."""
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
     if class_folder not in ("parent", "top") or (labels is not None and class_folder == "top"):

@@ -229,6 +229,13 @@ def test_a_class_tar_with_folders_or_two_images_of_one_name_is_refused(tmp_path)
              tmp_path / "b.tgz")
     with pytest.raises(ValueError, match=r"member fox.tar is named as a tar but cannot be read"):
         pack(tar_of(tmp_path / "c.tar", [("fox.tar", b"not a tar" * 100)]), tmp_path / "c.tgz")
+    extracted = tmp_path / "extracted"  # the class tars taken out of the tar that held them
+    extracted.mkdir()
+    nested.rename(extracted / "cat.tar")
+    flat.rename(extracted / "dog.tar")
+    with pytest.raises(ValueError, match=r"no images found, but 2 tars \(e.g. cat.tar\): a "
+                                         r"folder's tars are not unpacked; .*tar -cf classes.tar"):
+        pack(extracted, tmp_path / "d.tgz")
     assert not any(tmp_path.glob("*.tgz"))
 
 
