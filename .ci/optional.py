@@ -23,7 +23,7 @@ except ImportError:  # a fresh venv has no packaging yet, but pip carries one
     from pip._vendor.packaging.utils import canonicalize_name
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
-OPTIONAL_EXTRAS = ("fast", "gpu", "remote", "s3")  # what the package uses when it is there
+OPTIONAL_EXTRAS = ("fast", "gpu", "remote", "s3", "imagenet")  # what the package uses when it is there
 EXTRA_TEST_SERVERS = ("moto",)                     # tests/test_remote.py's S3 server
 DETECTED_AT_RUN_TIME = ("torchcodec",)             # a decoder used where installed, in no extra
 

@@ -4,7 +4,8 @@
     python -m imageloader pack photos/train train.tgz --shards 8 --shuffle-seed 0
     python -m imageloader pack photos.zip photos.tgz                   # a .zip, not unpacked
     python -m imageloader pack ILSVRC2012_img_train.tar train.tgz --prefix train
-    python -m imageloader pack ILSVRC2012_img_val.tar val.tgz --prefix val --labels val.csv
+    python -m imageloader pack ILSVRC2012_img_val.tar val.tgz --prefix val \
+        --labels ILSVRC2012_devkit_t12.tar.gz                       # or a file,class list
 
 Accepted folders, or a .zip or tar holding one, read member by member (an archive's name
 less its suffix stands for SRC's folder name; a zip's __MACOSX/ entries are left out as
@@ -17,8 +18,9 @@ hidden). A tar's members that are tars themselves stand for folders of their nam
 
 so packing `photos/train` gives the ImageNet layout `train/<class>/<file>`. Images outside
 class folders (SRC/<file>, SRC/images/<file>) take their classes from `--labels`, a list of
-`file,class` rows (ImageNet's validation images: Kaggle's LOC_val_solution.csv, or a list
-made from the devkit; Kaggle's labels.csv of id,breed), and are written as <class>/<file>;
+`file,class` rows (Kaggle's labels.csv of id,breed; its LOC_val_solution.csv for ImageNet),
+or ImageNet's devkit for its validation images (needs scipy), and are written as
+<class>/<file>;
 with `--class-folder top`, the class is the folder right under SRC, the image anywhere below
 it (torchvision's ImageFolder rule: SRC/<class>/images/<file>, as Tiny ImageNet has it). Only
 regular image files are added (symlinks to files are followed); hidden files and folders
@@ -264,7 +266,10 @@ def _refuse_one_name_twice(src, targets: dict[str, str]) -> None:
 
 def read_labels(path: str | os.PathLike) -> dict[str, str]:
     """{file: class} from a text file of rows `file,class` (or tab- or space-separated; a
-    class column holding more, as Kaggle's LOC_val_solution.csv does, gives its first word)."""
+    class column holding more, as Kaggle's LOC_val_solution.csv does, gives its first word),
+    or from ImageNet's devkit (ILSVRC2012_devkit_t12.tar.gz): devkit_labels."""
+    if tarfile.is_tarfile(path):
+        return devkit_labels(path)
     rows: dict[str, str] = {}
     with open(path, encoding="utf-8-sig", newline="") as f:
         lines = f.read().splitlines()
@@ -283,6 +288,43 @@ def read_labels(path: str | os.PathLike) -> dict[str, str]:
             raise ValueError(f"{path}, line {number}: {key} has two classes, {rows[key]} and "
                              f"{label}")
     return rows
+
+
+DEVKIT_TRUTH = "data/ILSVRC2012_validation_ground_truth.txt"
+DEVKIT_META = "data/meta.mat"
+
+
+def devkit_labels(path: str | os.PathLike) -> dict[str, str]:
+    """{ILSVRC2012_val_00000001: n01751748, ...} from ImageNet's devkit: its ground truth
+    gives the nth validation image's ILSVRC2012_ID, its meta.mat each ID's WNID (the training
+    archive's class tars are named by WNID). meta.mat is MATLAB's format: read with scipy."""
+    try:
+        from scipy.io import loadmat
+    except ImportError:
+        raise ImportError(f"{path} is read as ImageNet's devkit, whose meta.mat needs scipy: "
+                          f"pip install scipy (or imageloader[imagenet])") from None
+    found = _devkit_members(path)
+    synsets = loadmat(io.BytesIO(found[DEVKIT_META]), squeeze_me=True)["synsets"]
+    wnids = {int(synset["ILSVRC2012_ID"]): str(synset["WNID"]) for synset in synsets}
+    truth = found[DEVKIT_TRUTH].decode().split()
+    return {f"ILSVRC2012_val_{n:08d}": wnids[int(class_id)]
+            for n, class_id in enumerate(truth, 1)}
+
+
+def _devkit_members(path) -> dict[str, bytes]:
+    wanted = (DEVKIT_TRUTH, DEVKIT_META)
+    found = {}
+    with tarfile.open(path) as devkit:
+        for member in devkit:
+            name = next((w for w in wanted if member.name.endswith("/" + w)), None)
+            if name and member.isfile():
+                found[name] = devkit.extractfile(member).read()
+    missing = [name for name in wanted if name not in found]
+    if missing:
+        raise ValueError(f"--labels {path} is a tar but not ImageNet's devkit: it holds no "
+                         f"{' and no '.join(missing)}; labels come from a text file of "
+                         f"file,class rows, or from ILSVRC2012_devkit_t12.tar.gz")
+    return found
 
 
 def default_prefix(src: str | os.PathLike, relative_paths: list[str]) -> str:
@@ -422,8 +464,9 @@ def get_args_parser() -> argparse.ArgumentParser:
                         help="shards written at once, one process each; None: one a core")
     parser.add_argument("--labels", default=None,
                         help="file of `file,class` rows (or tab- or space-separated; a first "
-                             "row naming no image is a header) for images outside class "
-                             "folders: each is written as <class>/<file>")
+                             "row naming no image is a header), or ImageNet's devkit .tar.gz, "
+                             "for images outside class folders: each is written as "
+                             "<class>/<file>")
     return parser
 
 

@@ -1,10 +1,12 @@
 """pack.py: a folder of labeled images -> reproducible archives the loader reads."""
 import io
 import logging
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -274,6 +276,57 @@ def test_loose_images_take_their_classes_from_a_labels_file(tmp_path, caplog):
     assert sorted(read_members(pack(val, tmp_path / "v.tgz", prefix="val",
                                     labels=solution)[0])) == \
         ["val/n01751748/ILSVRC2012_val_00000000.JPEG", "val/n09193705/ILSVRC2012_val_00000001.JPEG"]
+
+
+def imagenet_devkit(path, truth: list[int], synsets: dict[int, str]):
+    """ILSVRC2012_devkit_t12.tar.gz's two files that label the validation images: meta.mat
+    (MATLAB; a struct array `synsets` with ILSVRC2012_ID, WNID, num_children, ...) and the
+    ground truth, one ILSVRC2012_ID a line in image order."""
+    from scipy.io import savemat
+    table = np.array([(k, wnid, "words", 0) for k, wnid in synsets.items()],
+                     dtype=[("ILSVRC2012_ID", "O"), ("WNID", "O"), ("words", "O"),
+                            ("num_children", "O")])
+    meta = io.BytesIO()
+    savemat(meta, {"synsets": table})
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in (("data/meta.mat", meta.getvalue()),
+                           ("data/ILSVRC2012_validation_ground_truth.txt",
+                            "".join(f"{k}\n" for k in truth).encode())):
+            info = tarfile.TarInfo(f"ILSVRC2012_devkit_t12/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_imagenet_validation_images_take_their_classes_from_the_devkit(tmp_path, monkeypatch):
+    pytest.importorskip("scipy")
+    val = tmp_path / "ILSVRC2012_img_val.tar"
+    with tarfile.open(val, "w") as tar:
+        for n in (1, 2, 3):
+            write_png(tmp_path / "v" / f"{n}.png", n)
+            tar.add(tmp_path / "v" / f"{n}.png", f"ILSVRC2012_val_{n:08d}.JPEG")
+    # IDs are not in WNID order (1 is n02119789 in the real devkit): the IDs' own WNIDs count.
+    devkit = imagenet_devkit(tmp_path / "ILSVRC2012_devkit_t12.tar.gz", [2, 1, 2],
+                             {1: "n02119789", 2: "n01440764", 1001: "n00001740"})
+    out = pack(val, tmp_path / "val.tgz", prefix="val", labels=devkit)[0]
+    assert list(read_members(out)) == ["val/n01440764/ILSVRC2012_val_00000001.JPEG",
+                                       "val/n01440764/ILSVRC2012_val_00000003.JPEG",
+                                       "val/n02119789/ILSVRC2012_val_00000002.JPEG"]
+    with pytest.raises(ValueError, match=r"--labels .*other.tgz is a tar but not ImageNet's "
+                                         r"devkit: it holds no data/ILSVRC2012_validation_gro"):
+        pack(val, tmp_path / "x.tgz", labels=not_a_devkit(tmp_path / "other.tgz"))
+    monkeypatch.setitem(sys.modules, "scipy.io", None)  # as if scipy were not installed
+    with pytest.raises(ImportError, match=r"devkit, whose meta.mat needs scipy: pip install"):
+        pack(val, tmp_path / "x.tgz", labels=devkit)
+
+
+def not_a_devkit(path):
+    """A tar with meta.mat's name but no ground truth."""
+    with tarfile.open(path, "w:gz") as tar:
+        info = tarfile.TarInfo("ILSVRC2012_devkit_t12/data/meta.mat")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"mat"))
+    return path
 
 
 def test_a_labels_file_that_leaves_an_image_out_or_contradicts_itself_is_refused(tmp_path):
