@@ -6,6 +6,8 @@
     python -m imageloader pack ILSVRC2012_img_train.tar train.tgz --prefix train
     python -m imageloader pack ILSVRC2012_img_val.tar val.tgz --prefix val \
         --labels ILSVRC2012_devkit_t12.tar.gz                       # or a file,class list
+    python -m imageloader pack tiny-imagenet-200.zip train.tgz \
+        --folder tiny-imagenet-200/train --class-folder top          # <class>/images/<file>
 
 Accepted folders, or a .zip or tar holding one, read member by member (an archive's name
 less its suffix stands for SRC's folder name; a zip's __MACOSX/ entries are left out as
@@ -181,13 +183,19 @@ def _clean(name: str) -> str:
     return "/".join(part for part in name.split("/") if part not in ("", "."))
 
 
-def image_files(src: str | os.PathLike, loose: bool = False) -> list[str]:
-    """The image files under src; refuses a folder that is not one of the accepted layouts
-    (images outside a class folder too, unless `loose`: their classes come from a list)."""
+def image_files(src: str | os.PathLike, loose: bool = False, folder: str = "") -> list[str]:
+    """The image files under src (under its `folder`, paths relative to that); refuses a
+    folder that is not one of the accepted layouts (images outside a class folder too, unless
+    `loose`: their classes come from a list)."""
     if not (os.path.isdir(src) or is_zip(src) or is_tar(src)):
         raise NotADirectoryError(f"pack reads a folder laid out as {LAYOUT}, or a .zip or tar "
                                  f"holding one; {src} is none of these")
     files = list_files(src)
+    if folder:
+        files = [p[len(folder) + 1:] for p in files if p.startswith(folder + "/")]
+        if not files:
+            raise ValueError(f"pack {src}: no files under {folder}/")
+        src = f"{src}:{folder}"  # for the messages below
     images = [p for p in files if has_image_extension(p)]
     others = [p for p in files if not has_image_extension(p)]
     if others:
@@ -327,10 +335,13 @@ def _devkit_members(path) -> dict[str, bytes]:
     return found
 
 
-def default_prefix(src: str | os.PathLike, relative_paths: list[str]) -> str:
-    """src's name for a <class>/<file> folder; nothing when src already holds <split>/ folders."""
+def default_prefix(src: str | os.PathLike, relative_paths: list[str], folder: str = "") -> str:
+    """src's (or its folder's) name for a <class>/<file> folder; nothing when it already holds
+    <split>/ folders."""
     if {path.count("/") for path in relative_paths} == {2}:
         return ""
+    if folder:
+        return folder.rsplit("/", 1)[-1]
     name = os.path.basename(os.path.normpath(os.path.abspath(src)))
     if os.path.isdir(src):
         return name
@@ -367,7 +378,7 @@ def shard_paths(out: str, shards: int) -> list[str]:
 def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
          shuffle_seed: int | None = None, prefix: str | None = None,
          compresslevel: int = 6, labels: str | os.PathLike | None = None,
-         class_folder: str = "parent", jobs: int | None = None) -> list[str]:
+         class_folder: str = "parent", folder: str = "", jobs: int | None = None) -> list[str]:
     """Write the images under `src` into `shards` .tgz archives; returns their paths.
 
     `prefix` is put before every member's path ('' for none; None: src's folder name for a
@@ -375,21 +386,24 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
     rows for images that lie outside class folders (ImageNet's validation set, Kaggle's
     labels.csv): each is written as <class>/<file>. `class_folder="top"`: an image's class is
     the folder right under src, the image anywhere below it (torchvision's ImageFolder; Tiny
-    ImageNet's train/<class>/images/<file>), written as <class>/<file>. `jobs`: shards
+    ImageNet's train/<class>/images/<file>), written as <class>/<file>. `folder`: only what
+    lies under this folder of src (a zip's or tar's too), as if it were src. `jobs`: shards
     written at once, in as many processes (default: one a core)."""
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
     if class_folder not in ("parent", "top") or (labels is not None and class_folder == "top"):
         raise ValueError(f"class_folder must be 'parent' or 'top', and 'parent' with labels; "
                          f"got {class_folder!r}")
-    relative_paths = image_files(src, loose=labels is not None)
+    folder = "/".join(part for part in folder.split("/") if part not in ("", "."))
+    relative_paths = image_files(src, loose=labels is not None, folder=folder)
     if len(relative_paths) < shards:
         raise ValueError(f"pack {src}: {len(relative_paths)} images, fewer than {shards} shards")
     targets = member_paths(src, relative_paths, labels, class_folder)
-    prefix = default_prefix(src, list(targets.values())) if prefix is None else prefix
+    prefix = default_prefix(src, list(targets.values()), folder) if prefix is None else prefix
     paths = shard_paths(os.fspath(out), shards)
     os.makedirs(os.path.dirname(paths[0]) or ".", exist_ok=True)
-    sources = {target: path for path, target in targets.items()}
+    sources = {target: f"{folder}/{path}" if folder else path
+               for path, target in targets.items()}
     members = order_members(list(sources), shuffle_seed)
     work = [(path, [(sources[m], m) for m in part])
             for path, part in zip(paths, split_into_shards(members, shards))]
@@ -460,6 +474,9 @@ def get_args_parser() -> argparse.ArgumentParser:
                              "SRC with the image anywhere below it (torchvision's ImageFolder;"
                              " Tiny ImageNet's <class>/images/<file>), written as "
                              "<class>/<file>")
+    parser.add_argument("--folder", default="",
+                        help="pack only what lies under this folder of SRC (in a zip or tar "
+                             "too), as if it were SRC: e.g. tiny-imagenet-200/train")
     parser.add_argument("--jobs", type=int, default=None,
                         help="shards written at once, one process each; None: one a core")
     parser.add_argument("--labels", default=None,
@@ -474,4 +491,4 @@ def main(args: argparse.Namespace) -> list[str]:
     """The command: each archive written is logged (INFO) as `PATH: N images, ... bytes`."""
     return pack(args.src, args.out, shards=args.shards, shuffle_seed=args.shuffle_seed,
                 prefix=args.prefix, compresslevel=args.compresslevel, labels=args.labels,
-                class_folder=args.class_folder, jobs=args.jobs)
+                class_folder=args.class_folder, folder=args.folder, jobs=args.jobs)

@@ -382,6 +382,35 @@ def test_top_folders_are_classes_as_torchvision_image_folder_takes_them(tmp_path
         pack(train, tmp_path / "dup.tgz", class_folder="top", labels=tmp_path / "l.csv")
 
 
+def test_a_folder_inside_a_zip_is_packed_as_its_own_source(tmp_path):
+    """Tiny ImageNet as it is downloaded, never unpacked: tiny-imagenet-200.zip holds
+    train/<wnid>/images/<file> (classes: the folders under train/) and val/images/<file> with
+    val/val_annotations.txt (tab-separated: file, wnid, box)."""
+    zipped = tmp_path / "tiny-imagenet-200.zip"
+    png = io.BytesIO()
+    Image.new("L", (4, 4), 7).save(png, "PNG")
+    with zipfile.ZipFile(zipped, "w") as out:
+        for wnid in ("n01443537", "n01629819"):
+            out.writestr(f"tiny-imagenet-200/train/{wnid}/images/{wnid}_0.JPEG", png.getvalue())
+            out.writestr(f"tiny-imagenet-200/train/{wnid}/{wnid}_boxes.txt", "0 0 1 1")
+        for n in range(2):
+            out.writestr(f"tiny-imagenet-200/val/images/val_{n}.JPEG", png.getvalue())
+        out.writestr("tiny-imagenet-200/wnids.txt", "n01443537\nn01629819\n")
+    train = pack(zipped, tmp_path / "train.tgz", folder="tiny-imagenet-200/train/",
+                 class_folder="top")[0]
+    assert list(read_members(train)) == ["train/n01443537/n01443537_0.JPEG",
+                                         "train/n01629819/n01629819_0.JPEG"]
+    annotations = tmp_path / "val_annotations.txt"
+    annotations.write_text("val_0.JPEG\tn01629819\t0\t1\t2\t3\n"
+                           "val_1.JPEG\tn01443537\t0\t1\t2\t3\n")
+    val = pack(zipped, tmp_path / "val.tgz", folder="tiny-imagenet-200/val",
+               labels=annotations)[0]
+    assert list(read_members(val)) == ["val/n01443537/val_1.JPEG", "val/n01629819/val_0.JPEG"]
+    assert read_members(val)["val/n01443537/val_1.JPEG"] == png.getvalue()
+    with pytest.raises(ValueError, match=r"tiny-imagenet-200.zip: no files under test/"):
+        pack(zipped, tmp_path / "test.tgz", folder="test")
+
+
 def test_more_shards_than_images_is_refused(class_folder, tmp_path):
     with pytest.raises(ValueError, match="15 images, fewer than 16 shards"):
         pack(class_folder, tmp_path / "s.tgz", shards=16)
