@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import functools
 import gzip
 import io
@@ -49,6 +48,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Iterable
 
 from .errors import counted
+from .labels import member_paths
 from .read import IMAGE_EXTENSIONS, has_image_extension
 
 log = logging.getLogger(__name__)
@@ -219,120 +219,6 @@ def image_files(src: str | os.PathLike, loose: bool = False, folder: str = "") -
         raise ValueError(f"pack {src}: no images found (extensions "
                          f"{' '.join(sorted(IMAGE_EXTENSIONS))}); expected {LAYOUT}")
     return images
-
-
-def member_paths(src, relative_paths: list[str], labels, class_folder: str) -> dict[str, str]:
-    """{path under src: path in the archive, below the prefix}: as it is, or <class>/<file>
-    with the class from a labels file or from the folder right under src."""
-    if labels is not None:
-        return labelled_paths(src, relative_paths, labels)
-    if class_folder == "top":
-        targets = {path: f"{path.split('/', 1)[0]}/{path.rsplit('/', 1)[-1]}"
-                   for path in relative_paths}
-        _refuse_one_name_twice(src, targets)
-        return targets
-    return {path: path for path in relative_paths}
-
-
-def labelled_paths(src: str | os.PathLike, relative_paths: list[str],
-                   labels: str | os.PathLike) -> dict[str, str]:
-    """Each image's path in the archive, <class>/<its file name>, its class from `labels`'
-    row for its path, its file name or its name less the extension. Every image needs a row;
-    rows that name no image are warned of (a first one is taken for a header)."""
-    rows = read_labels(labels)
-    targets, missing, used = {}, [], set()
-    for path in relative_paths:
-        name = path.rsplit("/", 1)[-1]
-        key = next((k for k in (path, name, os.path.splitext(name)[0]) if k in rows), None)
-        if key is None:
-            missing.append(path)
-            continue
-        used.add(key)
-        targets[path] = f"{rows[key]}/{name}"
-    if missing:
-        raise ValueError(f"pack {src}: {len(missing)} of {len(relative_paths)} images "
-                         f"{'has' if len(missing) == 1 else 'have'} no "
-                         f"row in {labels} (e.g. {missing[0]}); each image needs its class")
-    _refuse_one_name_twice(src, targets)
-    unused = [key for key in rows if key not in used]
-    if unused and unused[0] == next(iter(rows)):
-        unused = unused[1:]  # a first row that names no image is a header (id,breed)
-    if unused:
-        log.warning("pack %s: %s of %s %s no image (e.g. %s)", src, counted(len(unused), "row"),
-                    labels, "names" if len(unused) == 1 else "name", unused[0])
-    return targets
-
-
-def _refuse_one_name_twice(src, targets: dict[str, str]) -> None:
-    seen: dict[str, str] = {}
-    for path, target in targets.items():
-        if target in seen:
-            raise ValueError(f"pack {src}: {seen[target]} and {path} would both be {target}; "
-                             f"each image of a class needs a file name of its own")
-        seen[target] = path
-
-
-def read_labels(path: str | os.PathLike) -> dict[str, str]:
-    """{file: class} from a text file of rows `file,class` (or tab- or space-separated; a
-    class column holding more, as Kaggle's LOC_val_solution.csv does, gives its first word),
-    or from ImageNet's devkit (ILSVRC2012_devkit_t12.tar.gz): devkit_labels."""
-    if tarfile.is_tarfile(path):
-        return devkit_labels(path)
-    rows: dict[str, str] = {}
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        lines = f.read().splitlines()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        fields = [field.strip() for field in (next(csv.reader([line])) if "," in line
-                                              else line.split("\t") if "\t" in line
-                                              else line.split())]
-        if len(fields) < 2 or not fields[0] or not fields[1].split():
-            raise ValueError(f"{path}, line {number}: {line!r} is not a file and its class")
-        key, label = fields[0], fields[1].split()[0]
-        if "/" in label or label in (".", ".."):
-            raise ValueError(f"{path}, line {number}: class {label!r} cannot name a folder")
-        if rows.setdefault(key, label) != label:
-            raise ValueError(f"{path}, line {number}: {key} has two classes, {rows[key]} and "
-                             f"{label}")
-    return rows
-
-
-DEVKIT_TRUTH = "data/ILSVRC2012_validation_ground_truth.txt"
-DEVKIT_META = "data/meta.mat"
-
-
-def devkit_labels(path: str | os.PathLike) -> dict[str, str]:
-    """{ILSVRC2012_val_00000001: n01751748, ...} from ImageNet's devkit: its ground truth
-    gives the nth validation image's ILSVRC2012_ID, its meta.mat each ID's WNID (the training
-    archive's class tars are named by WNID). meta.mat is MATLAB's format: read with scipy."""
-    try:
-        from scipy.io import loadmat
-    except ImportError:
-        raise ImportError(f"{path} is read as ImageNet's devkit, whose meta.mat needs scipy: "
-                          f"pip install scipy (or imageloader[imagenet])") from None
-    found = _devkit_members(path)
-    synsets = loadmat(io.BytesIO(found[DEVKIT_META]), squeeze_me=True)["synsets"]
-    wnids = {int(synset["ILSVRC2012_ID"]): str(synset["WNID"]) for synset in synsets}
-    truth = found[DEVKIT_TRUTH].decode().split()
-    return {f"ILSVRC2012_val_{n:08d}": wnids[int(class_id)]
-            for n, class_id in enumerate(truth, 1)}
-
-
-def _devkit_members(path) -> dict[str, bytes]:
-    wanted = (DEVKIT_TRUTH, DEVKIT_META)
-    found = {}
-    with tarfile.open(path) as devkit:
-        for member in devkit:
-            name = next((w for w in wanted if member.name.endswith("/" + w)), None)
-            if name and member.isfile():
-                found[name] = devkit.extractfile(member).read()
-    missing = [name for name in wanted if name not in found]
-    if missing:
-        raise ValueError(f"--labels {path} is a tar but not ImageNet's devkit: it holds no "
-                         f"{' and no '.join(missing)}; labels come from a text file of "
-                         f"file,class rows, or from ILSVRC2012_devkit_t12.tar.gz")
-    return found
 
 
 def default_prefix(src: str | os.PathLike, relative_paths: list[str], folder: str = "") -> str:
