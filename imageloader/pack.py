@@ -35,21 +35,23 @@ shard mix all classes.
 from __future__ import annotations
 
 import argparse
+import bz2
 import contextlib
 import functools
 import gzip
 import io
 import logging
+import lzma
 import os
 import random
 import tarfile
 import zipfile
 from concurrent.futures import ProcessPoolExecutor
-from typing import Iterable
+from typing import BinaryIO, Iterable
 
 from .errors import counted
 from .labels import member_paths
-from .read import IMAGE_EXTENSIONS, has_image_extension
+from .read import IMAGE_EXTENSIONS, available_inflaters, has_image_extension, open_stream
 
 log = logging.getLogger(__name__)
 FIXED_MTIME = 0  # so that the bytes do not depend on when, or from what checkout, they were made
@@ -90,6 +92,23 @@ def is_zip(src: str | os.PathLike) -> bool:
 
 def is_tar(src: str | os.PathLike) -> bool:
     return os.path.isfile(src) and not is_zip(src) and tarfile.is_tarfile(src)
+
+
+def _is_compressed(path: str | os.PathLike) -> bool:
+    with open(path, "rb") as f:
+        return f.read(3).startswith((b"\x1f\x8b", b"BZh", b"\xfd7z"))
+
+
+def _tar_bytes(path: str | os.PathLike) -> BinaryIO:
+    """A tar's bytes, plain or inflated, seekable: rapidgzip (where installed) seeks back in a
+    .tgz cheaply, the others by inflating again from the start."""
+    with open(path, "rb") as f:
+        head = f.read(3)
+    if head.startswith(b"BZh"):
+        return bz2.open(path, "rb")
+    if head == b"\xfd7z":
+        return lzma.open(path, "rb")
+    return open_stream(path)
 
 
 def list_files(src: str | os.PathLike) -> list[str]:
@@ -134,7 +153,7 @@ def _tar_files(src: str | os.PathLike) -> dict[str, tuple[int, int]]:
 def _tar_catalog(path: str, size: int, mtime_ns: int) -> dict[str, tuple[int, int]]:
     found: dict[str, tuple[int, int]] = {}
     links = []  # and other members that are not regular files: warned of, never silently lost
-    with tarfile.open(path) as outer:
+    with _tar_bytes(path) as raw, tarfile.open(fileobj=raw, mode="r:") as outer:
         for member in outer:
             name = _clean(member.name)
             if member.isdir() or _is_hidden(name):
@@ -280,6 +299,12 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
     if class_folder not in ("parent", "top") or (labels is not None and class_folder == "top"):
         raise ValueError(f"class_folder must be 'parent' or 'top', and 'parent' with labels; "
                          f"got {class_folder!r}")
+    if shuffle_seed is not None and is_tar(src) and _is_compressed(src) \
+            and "rapidgzip" not in available_inflaters():
+        log.warning("pack %s: its members in shuffled order mean seeking back in a compressed "
+                    "tar, which Python's gzip does by inflating it again from the start: "
+                    "install rapidgzip (imageloader[fast]), or unpack it (gunzip -k) first",
+                    src)
     folder = "/".join(part for part in folder.split("/") if part not in ("", "."))
     relative_paths = image_files(src, loose=labels is not None, folder=folder)
     if len(relative_paths) < shards:
@@ -328,11 +353,11 @@ def _read_files(src, prefix: str, pairs: list[tuple[str, str]]):
         return
     if is_tar(src):  # each image read at its offset: a class's tar is never unpacked
         where = _tar_files(src)
-        with tarfile.open(src) as archive:
+        with _tar_bytes(src) as raw:
             for relative_path, target in pairs:
                 offset, size = where[relative_path]
-                archive.fileobj.seek(offset)
-                yield member_name(prefix, target), archive.fileobj.read(size)
+                raw.seek(offset)
+                yield member_name(prefix, target), raw.read(size)
         return
     for relative_path, target in pairs:
         with open(os.path.join(src, relative_path), "rb") as f:

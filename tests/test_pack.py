@@ -188,12 +188,13 @@ def class_tars(class_folder, out, mode="w"):
     return out
 
 
-@pytest.mark.parametrize("mode", ["w", "w:gz"])
+@pytest.mark.parametrize("mode", ["w", "w:gz", "w:bz2", "w:xz"])
 def test_a_tar_of_class_tars_is_packed_as_their_folder_would_be(class_folder, tmp_path, mode,
-                                                                 caplog):
-    """ImageNet's ILSVRC2012_img_train.tar, packed without unpacking it: the same bytes as
-    packing the folder it stands for, whole or shuffled into shards; the link left out with a
-    warning; the loader reads the result."""
+                                                                 caplog, monkeypatch):
+    """ImageNet's ILSVRC2012_img_train.tar, packed without unpacking it (or compressed): the
+    same bytes as packing the folder it stands for, whole or shuffled into shards; the link
+    left out with a warning; the loader reads the result. Shuffling a compressed one without
+    rapidgzip warns that it is slow."""
     outer = class_tars(class_folder, tmp_path / "ILSVRC2012_img_train.tar", mode)
     with caplog.at_level(logging.WARNING, logger="imageloader.pack"):
         from_tar = pack(outer, tmp_path / "t" / "train.tgz", prefix="train")[0]
@@ -211,6 +212,12 @@ def test_a_tar_of_class_tars_is_packed_as_their_folder_would_be(class_folder, tm
         images, labels = next(iter(loader))
     assert loader.vocab.classes == ("cat", "dog", "fox")
     assert sorted(images[labels == 2][:, 0, 0, 0].tolist()) == [80, 81, 82, 83, 84]
+    import imageloader.pack as packing
+    monkeypatch.setattr(packing, "available_inflaters", lambda: ["gzip"])
+    caplog.clear()
+    pack(outer, tmp_path / "w" / "s.tgz", shards=2, shuffle_seed=3)
+    assert ("shuffled order mean seeking back in a compressed tar" in caplog.text) == \
+        (mode != "w")
 
 
 def test_a_class_tar_with_folders_or_two_images_of_one_name_is_refused(tmp_path):
