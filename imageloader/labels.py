@@ -1,10 +1,11 @@
 """Where pack puts each image: <class>/<file>, the class from a list of file,class rows,
-from ImageNet's devkit or from the folder right under SRC (torchvision's ImageFolder rule).
+from ImageNet's devkit, from the file's name or from the folder right under SRC (torchvision's
+ImageFolder rule).
 
 Images that lie outside class folders (ImageNet's validation tar, Kaggle's train/ beside a
-labels.csv) or deeper than their class's folder (Tiny ImageNet's <class>/images/<file>) are
-written by pack.py under the class these give them; every image needs one, and two images
-that would get one path are refused.
+labels.csv, Kaggle's cat.0.jpg ... dog.0.jpg) or deeper than their class's folder (Tiny
+ImageNet's <class>/images/<file>) are written by pack.py under the class these give them;
+every image needs one, and two images that would get one path are refused.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import csv
 import io
 import logging
 import os
+import re
 import tarfile
 
 from .errors import counted
@@ -19,17 +21,43 @@ from .errors import counted
 log = logging.getLogger(__name__)
 
 
-def member_paths(src, relative_paths: list[str], labels, class_folder: str) -> dict[str, str]:
+def member_paths(src, relative_paths: list[str], labels, class_folder: str,
+                 class_pattern: str | None = None) -> dict[str, str]:
     """{path under src: path in the archive, below the prefix}: as it is, or <class>/<file>
-    with the class from a labels file or from the folder right under src."""
+    with the class from a labels file, from the file's name or from the folder right under
+    src."""
     if labels is not None:
         return labelled_paths(src, relative_paths, labels)
+    if class_pattern is not None:
+        return named_paths(src, relative_paths, class_pattern)
     if class_folder == "top":
         targets = {path: f"{path.split('/', 1)[0]}/{path.rsplit('/', 1)[-1]}"
                    for path in relative_paths}
         _refuse_one_name_twice(src, targets)
         return targets
     return {path: path for path in relative_paths}
+
+
+def named_paths(src, relative_paths: list[str], pattern: str) -> dict[str, str]:
+    """<class>/<file>, the class found in the file's name by `pattern` (its first group, or
+    all it matches): Kaggle's cat.0.jpg with ^(cat|dog)[.], Oxford pets' Abyssinian_1.jpg
+    with ^(.+)_[0-9]+[.]. Every image's name must hold one."""
+    found = re.compile(pattern)
+    targets, unmatched = {}, []
+    for path in relative_paths:
+        name = path.rsplit("/", 1)[-1]
+        match = found.search(name)
+        label = match and (match.group(1) if found.groups else match.group(0))
+        if not label or "/" in label or label in (".", ".."):
+            unmatched.append(path)
+            continue
+        targets[path] = f"{label}/{name}"
+    if unmatched:
+        raise ValueError(f"pack {src}: {len(unmatched)} of {len(relative_paths)} images' names "
+                         f"give no class by {pattern!r} (e.g. {unmatched[0]}); each image "
+                         f"needs its class")
+    _refuse_one_name_twice(src, targets)
+    return targets
 
 
 def labelled_paths(src: str | os.PathLike, relative_paths: list[str],

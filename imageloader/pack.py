@@ -8,6 +8,7 @@
         --labels ILSVRC2012_devkit_t12.tar.gz                       # or a file,class list
     python -m imageloader pack tiny-imagenet-200.zip train.tgz \
         --folder tiny-imagenet-200/train --class-folder top          # <class>/images/<file>
+    python -m imageloader pack train.zip train.tgz --class-pattern '^(cat|dog)[.]'  # cat.0.jpg
 
 Accepted folders, or a .zip or tar holding one, read member by member (an archive's name
 less its suffix stands for SRC's folder name; a zip's __MACOSX/ entries are left out as
@@ -283,7 +284,8 @@ def shard_paths(out: str, shards: int) -> list[str]:
 def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
          shuffle_seed: int | None = None, prefix: str | None = None,
          compresslevel: int = 6, labels: str | os.PathLike | None = None,
-         class_folder: str = "parent", folder: str = "", jobs: int | None = None) -> list[str]:
+         class_folder: str = "parent", class_pattern: str | None = None, folder: str = "",
+         jobs: int | None = None) -> list[str]:
     """Write the images under `src` into `shards` .tgz archives; returns their paths.
 
     `prefix` is put before every member's path ('' for none; None: src's folder name for a
@@ -291,14 +293,19 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
     rows for images that lie outside class folders (ImageNet's validation set, Kaggle's
     labels.csv): each is written as <class>/<file>. `class_folder="top"`: an image's class is
     the folder right under src, the image anywhere below it (torchvision's ImageFolder; Tiny
-    ImageNet's train/<class>/images/<file>), written as <class>/<file>. `folder`: only what
+    ImageNet's train/<class>/images/<file>), written as <class>/<file>. `class_pattern`: a
+    regular expression whose first group (or match) in an image's file name is its class
+    (Kaggle's cat.0.jpg: "^(cat|dog)[.]"). `folder`: only what
     lies under this folder of src (a zip's or tar's too), as if it were src. `jobs`: shards
     written at once, in as many processes (default: one a core)."""
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
-    if class_folder not in ("parent", "top") or (labels is not None and class_folder == "top"):
-        raise ValueError(f"class_folder must be 'parent' or 'top', and 'parent' with labels; "
-                         f"got {class_folder!r}")
+    if class_folder not in ("parent", "top"):
+        raise ValueError(f"class_folder must be 'parent' or 'top', got {class_folder!r}")
+    rules = [labels is not None, class_folder == "top", class_pattern is not None]
+    if sum(rules) > 1:
+        raise ValueError("an image's class comes from one of labels, class_folder='top' and "
+                         "class_pattern, not several")
     if shuffle_seed is not None and is_tar(src) and _is_compressed(src) \
             and "rapidgzip" not in available_inflaters():
         log.warning("pack %s: its members in shuffled order mean seeking back in a compressed "
@@ -306,10 +313,11 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
                     "install rapidgzip (imageloader[fast]), or unpack it (gunzip -k) first",
                     src)
     folder = "/".join(part for part in folder.split("/") if part not in ("", "."))
-    relative_paths = image_files(src, loose=labels is not None, folder=folder)
+    relative_paths = image_files(src, loose=labels is not None or class_pattern is not None,
+                                 folder=folder)
     if len(relative_paths) < shards:
         raise ValueError(f"pack {src}: {len(relative_paths)} images, fewer than {shards} shards")
-    targets = member_paths(src, relative_paths, labels, class_folder)
+    targets = member_paths(src, relative_paths, labels, class_folder, class_pattern)
     prefix = default_prefix(src, list(targets.values()), folder) if prefix is None else prefix
     paths = shard_paths(os.fspath(out), shards)
     os.makedirs(os.path.dirname(paths[0]) or ".", exist_ok=True)
@@ -385,6 +393,9 @@ def get_args_parser() -> argparse.ArgumentParser:
                              "SRC with the image anywhere below it (torchvision's ImageFolder;"
                              " Tiny ImageNet's <class>/images/<file>), written as "
                              "<class>/<file>")
+    parser.add_argument("--class-pattern", default=None,
+                        help="regular expression whose first group (or match) in an image's "
+                             "file name is its class: Kaggle's cat.0.jpg: '^(cat|dog)[.]'")
     parser.add_argument("--folder", default="",
                         help="pack only what lies under this folder of SRC (in a zip or tar "
                              "too), as if it were SRC: e.g. tiny-imagenet-200/train")
@@ -402,4 +413,5 @@ def main(args: argparse.Namespace) -> list[str]:
     """The command: each archive written is logged (INFO) as `PATH: N images, ... bytes`."""
     return pack(args.src, args.out, shards=args.shards, shuffle_seed=args.shuffle_seed,
                 prefix=args.prefix, compresslevel=args.compresslevel, labels=args.labels,
-                class_folder=args.class_folder, folder=args.folder, jobs=args.jobs)
+                class_folder=args.class_folder, class_pattern=args.class_pattern,
+                folder=args.folder, jobs=args.jobs)

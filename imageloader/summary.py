@@ -67,7 +67,7 @@ REMEDIES = {
     "archive": "a tar of <class>.tar, as ImageNet's: python -m imageloader pack {} OUT.tgz "
                "--prefix train",
     "no_class_folder": "images without a class folder: python -m imageloader pack {} OUT.tgz "
-                       "--labels FILE, FILE of file,class rows",
+                       "--labels FILE, FILE of file,class rows, or --class-pattern REGEX",
 }
 
 

@@ -229,7 +229,7 @@ def _no_images_message(sources: list, skipped: list[Mapping[str, int]]) -> str:
     where = (f" {counted(loose, 'image')} {'lies' if loose == 1 else 'lie'} at the top level, "
              f"outside any class folder (no_class_folder): python -m imageloader pack "
              f"SRC OUT.tgz --labels FILE puts them in class folders from a list of "
-             f"file,class rows." if loose else "")
+             f"file,class rows (--class-pattern REGEX: from their names)." if loose else "")
     nested = [(source, counts["archive"]) for source, counts in zip(sources, skipped)
               if counts.get("archive")]
     if nested:

@@ -385,7 +385,8 @@ def test_top_folders_are_classes_as_torchvision_image_folder_takes_them(tmp_path
     with pytest.raises(ValueError, match=r"n01629819/dup/x.png and n01629819/more/deeper/x.png "
                                          r"would both be n01629819/x.png"):
         pack(train, tmp_path / "dup.tgz", class_folder="top")
-    with pytest.raises(ValueError, match=r"'parent' with labels"):
+    with pytest.raises(ValueError, match=r"from one of labels, class_folder='top' and "
+                                         r"class_pattern, not several"):
         pack(train, tmp_path / "dup.tgz", class_folder="top", labels=tmp_path / "l.csv")
 
 
@@ -416,6 +417,26 @@ def test_a_folder_inside_a_zip_is_packed_as_its_own_source(tmp_path):
     assert read_members(val)["val/n01443537/val_1.JPEG"] == png.getvalue()
     with pytest.raises(ValueError, match=r"tiny-imagenet-200.zip: no files under test/"):
         pack(zipped, tmp_path / "test.tgz", folder="test")
+
+
+def test_classes_taken_from_file_names_by_a_pattern(tmp_path):
+    """Kaggle's Dogs vs. Cats: train.zip holds train/cat.0.jpg ... dog.12499.jpg; Oxford
+    pets: Abyssinian_1.jpg (the class is all before the last _<number>)."""
+    zipped = tmp_path / "train.zip"
+    png = io.BytesIO()
+    Image.new("L", (4, 4), 3).save(png, "PNG")
+    with zipfile.ZipFile(zipped, "w") as out:
+        for name in ("cat.0.jpg", "cat.1.jpg", "dog.0.jpg", "american_bulldog_12.jpg"):
+            out.writestr(f"train/{name}", png.getvalue())
+    from imageloader.pack import get_args_parser, main
+    with pytest.raises(ValueError, match=r"1 of 4 images' names give no class by "
+                                         r"'\^\(cat\|dog\)\[.\]' \(e.g. american_bulldog_12.jpg\)"):
+        main(get_args_parser().parse_args([str(zipped), str(tmp_path / "a.tgz"), "--folder",
+                                           "train", "--class-pattern", "^(cat|dog)[.]"]))
+    out = pack(zipped, tmp_path / "b.tgz", folder="train", class_pattern=r"^(.+?)(?:[._]\d+)")
+    assert list(read_members(out[0])) == [
+        "train/american_bulldog/american_bulldog_12.jpg", "train/cat/cat.0.jpg",
+        "train/cat/cat.1.jpg", "train/dog/dog.0.jpg"]
 
 
 def test_more_shards_than_images_is_refused(class_folder, tmp_path):
