@@ -439,6 +439,44 @@ def test_classes_taken_from_file_names_by_a_pattern(tmp_path):
         "train/cat/cat.1.jpg", "train/dog/dog.0.jpg"]
 
 
+def test_imagenet_from_kaggle_and_oxford_pets_as_docs_datasets_packs_them(tmp_path):
+    """docs/datasets.md's recipes on miniatures: Kaggle's ImageNet zip (class folders deep
+    inside it; validation images side by side, classes in LOC_val_solution.csv, a header
+    first) and the Oxford-IIIT Pet images.tar.gz (classes in the names, a .mat beside)."""
+    png = io.BytesIO()
+    Image.new("L", (4, 4), 5).save(png, "PNG")
+    zipped = tmp_path / "imagenet-object-localization-challenge.zip"
+    with zipfile.ZipFile(zipped, "w") as out:
+        for wnid in ("n01440764", "n02119789"):
+            out.writestr(f"ILSVRC/Data/CLS-LOC/train/{wnid}/{wnid}_10026.JPEG", png.getvalue())
+        for n in (1, 2):
+            out.writestr(f"ILSVRC/Data/CLS-LOC/val/ILSVRC2012_val_{n:08d}.JPEG", png.getvalue())
+        out.writestr("LOC_synset_mapping.txt", "n01440764 tench, Tinca tinca\n")
+    solution = tmp_path / "LOC_val_solution.csv"
+    solution.write_text("ImageId,PredictionString\n"
+                        "ILSVRC2012_val_00000002,n01440764 1 2 3 4 n01440764 5 6 7 8 \n"
+                        "ILSVRC2012_val_00000001,n02119789 255 142 454 329 \n")
+    train = pack(zipped, tmp_path / "train.tgz", folder="ILSVRC/Data/CLS-LOC/train")[0]
+    assert list(read_members(train)) == ["train/n01440764/n01440764_10026.JPEG",
+                                         "train/n02119789/n02119789_10026.JPEG"]
+    val = pack(zipped, tmp_path / "val.tgz", folder="ILSVRC/Data/CLS-LOC/val",
+               labels=solution)[0]
+    assert list(read_members(val)) == ["val/n01440764/ILSVRC2012_val_00000002.JPEG",
+                                       "val/n02119789/ILSVRC2012_val_00000001.JPEG"]
+    pets = tmp_path / "images.tar.gz"
+    with tarfile.open(pets, "w:gz") as tar:
+        for name in ("Abyssinian_1.jpg", "Abyssinian_10.jpg", "american_pit_bull_terrier_2.jpg",
+                     "Abyssinian_100.mat"):
+            info = tarfile.TarInfo(f"images/{name}")
+            info.size = len(png.getvalue())
+            tar.addfile(info, io.BytesIO(png.getvalue()))
+    out = pack(pets, tmp_path / "pets.tgz", folder="images", prefix="train",
+               class_pattern="^(.+)_[0-9]+[.]")[0]
+    assert list(read_members(out)) == [
+        "train/Abyssinian/Abyssinian_1.jpg", "train/Abyssinian/Abyssinian_10.jpg",
+        "train/american_pit_bull_terrier/american_pit_bull_terrier_2.jpg"]
+
+
 def test_more_shards_than_images_is_refused(class_folder, tmp_path):
     with pytest.raises(ValueError, match="15 images, fewer than 16 shards"):
         pack(class_folder, tmp_path / "s.tgz", shards=16)

@@ -15,16 +15,18 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
+DATASETS = (REPO / "docs" / "datasets.md").read_text(encoding="utf-8")  # linked from README
 
 
-def blocks(language: str) -> list[str]:
-    return re.findall(rf"^```{language}\n(.*?)^```", README, re.S | re.M)
+def blocks(language: str, text: str = README) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", text, re.S | re.M)
 
 
-def commands(program: str) -> list[list[str]]:
-    """The README's shell lines that run `program`, as argv lists (comments dropped)."""
+def commands(program: str, text: str = README) -> list[list[str]]:
+    """The README's (or text's) shell lines that run `program`, as argv lists (comments
+    dropped)."""
     found = []
-    for block in blocks("bash"):
+    for block in blocks("bash", text):
         for line in block.replace("\\\n", " ").splitlines():
             argv = shlex.split(line, comments=True)
             if argv[:1] == [program]:
@@ -63,9 +65,24 @@ def load_script(path: Path):
 
 
 def test_every_script_and_subcommand_exists_with_its_flags():
+    assert checked_commands(README) >= 4
+
+
+def test_the_dataset_recipes_run_commands_that_take_their_flags():
+    """docs/datasets.md: every pack and script line parses; unzip lines name the files the
+    pack lines after them read."""
+    assert checked_commands(DATASETS) >= 10
+    for argv in commands("unzip", DATASETS):
+        written = argv[argv.index(">") + 1]
+        assert any(written in line for line in commands("python", DATASETS)), argv
+
+
+def checked_commands(text: str) -> int:
+    """How many of text's `python -m imageloader ...` and `python scripts/...` lines were
+    checked: the subcommand or script exists and parses the flags given."""
     from imageloader.__main__ import COMMANDS
     checked = 0
-    for argv in commands("python"):
+    for argv in commands("python", text):
         if argv[1:3] == ["-m", "imageloader"]:
             assert argv[3] in COMMANDS, argv
             parser = importlib.import_module(f"imageloader.{argv[3]}").get_args_parser()
@@ -76,7 +93,7 @@ def test_every_script_and_subcommand_exists_with_its_flags():
         else:
             continue
         checked += 1
-    assert checked >= 4
+    return checked
 
 
 def test_torchrun_lines_run_a_script_that_takes_their_flags():
@@ -99,5 +116,6 @@ def test_install_lines_name_extras_that_exist():
 
 def test_linked_files_exist():
     links = re.findall(r"\]\(([^)#]+)\)", README)
+    assert "docs/datasets.md" in links
     local = [link for link in links if "://" not in link]
     assert local and all((REPO / link).exists() for link in local), local
