@@ -1,6 +1,6 @@
 """Where pack puts each image: <class>/<file>, the class from a list of file,class rows,
 from ImageNet's devkit, from the file's name or from the folder right under SRC (torchvision's
-ImageFolder rule).
+ImageFolder rule); and which images a list of paths keeps (Food-101's meta/train.txt).
 
 Images that lie outside class folders (ImageNet's validation tar, Kaggle's train/ beside a
 labels.csv, Kaggle's cat.0.jpg ... dog.0.jpg) or deeper than their class's folder (Tiny
@@ -36,6 +36,21 @@ def member_paths(src, relative_paths: list[str], labels, class_folder: str,
         _refuse_one_name_twice(src, targets)
         return targets
     return {path: path for path in relative_paths}
+
+
+def listed_paths(src, relative_paths: list[str], only: str | os.PathLike) -> list[str]:
+    """The images that `only` lists, one path a line (with or without the extension): a
+    split given by a list. Every line must name an image: a line that names none means the
+    wrong folder or a broken download."""
+    with open(only, encoding="utf-8-sig") as f:
+        wanted = [line.strip() for line in f if line.strip()]
+    keys = {key: path for path in relative_paths for key in (path, os.path.splitext(path)[0])}
+    missing = [line for line in wanted if line not in keys]
+    if missing:
+        raise ValueError(f"pack {src}: {len(missing)} of the {len(wanted)} lines of {only} "
+                         f"name no image (e.g. {missing[0]}); paths are relative to SRC "
+                         f"(or --folder), with or without their extension")
+    return sorted({keys[line] for line in wanted})
 
 
 def named_paths(src, relative_paths: list[str], pattern: str) -> dict[str, str]:

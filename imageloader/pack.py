@@ -51,7 +51,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import BinaryIO, Iterable
 
 from .errors import counted
-from .labels import member_paths
+from .labels import listed_paths, member_paths
 from .read import IMAGE_EXTENSIONS, available_inflaters, has_image_extension, open_stream
 
 log = logging.getLogger(__name__)
@@ -285,7 +285,7 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
          shuffle_seed: int | None = None, prefix: str | None = None,
          compresslevel: int = 6, labels: str | os.PathLike | None = None,
          class_folder: str = "parent", class_pattern: str | None = None, folder: str = "",
-         jobs: int | None = None) -> list[str]:
+         only: str | os.PathLike | None = None, jobs: int | None = None) -> list[str]:
     """Write the images under `src` into `shards` .tgz archives; returns their paths.
 
     `prefix` is put before every member's path ('' for none; None: src's folder name for a
@@ -295,7 +295,8 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
     the folder right under src, the image anywhere below it (torchvision's ImageFolder; Tiny
     ImageNet's train/<class>/images/<file>), written as <class>/<file>. `class_pattern`: a
     regular expression whose first group (or match) in an image's file name is its class
-    (Kaggle's cat.0.jpg: "^(cat|dog)[.]"). `folder`: only what
+    (Kaggle's cat.0.jpg: "^(cat|dog)[.]"). `only`: a file listing the images to take, one
+    path a line (Food-101's meta/train.txt). `folder`: only what
     lies under this folder of src (a zip's or tar's too), as if it were src. `jobs`: shards
     written at once, in as many processes (default: one a core)."""
     if shards < 1:
@@ -315,6 +316,8 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
     folder = "/".join(part for part in folder.split("/") if part not in ("", "."))
     relative_paths = image_files(src, loose=labels is not None or class_pattern is not None,
                                  folder=folder)
+    if only is not None:
+        relative_paths = listed_paths(src, relative_paths, only)
     if len(relative_paths) < shards:
         raise ValueError(f"pack {src}: {len(relative_paths)} images, fewer than {shards} shards")
     targets = member_paths(src, relative_paths, labels, class_folder, class_pattern)
@@ -399,6 +402,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--folder", default="",
                         help="pack only what lies under this folder of SRC (in a zip or tar "
                              "too), as if it were SRC: e.g. tiny-imagenet-200/train")
+    parser.add_argument("--only", default=None,
+                        help="file listing the images to take, one path a line, relative to "
+                             "SRC (or --folder), with or without the extension: a split given "
+                             "by a list (Food-101's meta/train.txt)")
     parser.add_argument("--jobs", type=int, default=None,
                         help="shards written at once, one process each; None: one a core")
     parser.add_argument("--labels", default=None,
@@ -414,4 +421,4 @@ def main(args: argparse.Namespace) -> list[str]:
     return pack(args.src, args.out, shards=args.shards, shuffle_seed=args.shuffle_seed,
                 prefix=args.prefix, compresslevel=args.compresslevel, labels=args.labels,
                 class_folder=args.class_folder, class_pattern=args.class_pattern,
-                folder=args.folder, jobs=args.jobs)
+                folder=args.folder, only=args.only, jobs=args.jobs)

@@ -477,6 +477,30 @@ def test_imagenet_from_kaggle_and_oxford_pets_as_docs_datasets_packs_them(tmp_pa
         "train/american_pit_bull_terrier/american_pit_bull_terrier_2.jpg"]
 
 
+def test_a_split_given_by_a_list_takes_only_the_images_it_names(tmp_path):
+    """Food-101: food-101.tar.gz holds images/<class>/<id>.jpg of both splits, and
+    meta/train.txt and meta/test.txt name each split's (class/id, no extension)."""
+    png = io.BytesIO()
+    Image.new("L", (4, 4), 9).save(png, "PNG")
+    food = tmp_path / "food-101.tar.gz"
+    with tarfile.open(food, "w:gz") as tar:
+        for name in ("apple_pie/1005649", "apple_pie/1011328", "baklava/1006121",
+                     "baklava/1014880"):
+            info = tarfile.TarInfo(f"food-101/images/{name}.jpg")
+            info.size = len(png.getvalue())
+            tar.addfile(info, io.BytesIO(png.getvalue()))
+    train_list, bad_list = tmp_path / "train.txt", tmp_path / "bad.txt"
+    train_list.write_text("apple_pie/1005649\nbaklava/1014880.jpg\n")
+    bad_list.write_text("apple_pie/1005649\napple_pie/999\n")
+    train = pack(food, tmp_path / "train.tgz", folder="food-101/images", prefix="train",
+                 only=train_list)[0]
+    assert list(read_members(train)) == ["train/apple_pie/1005649.jpg",
+                                         "train/baklava/1014880.jpg"]
+    with pytest.raises(ValueError, match=r"1 of the 2 lines of .*bad.txt name no image "
+                                         r"\(e.g. apple_pie/999\)"):
+        pack(food, tmp_path / "bad.tgz", folder="food-101/images", only=bad_list)
+
+
 def test_more_shards_than_images_is_refused(class_folder, tmp_path):
     with pytest.raises(ValueError, match="15 images, fewer than 16 shards"):
         pack(class_folder, tmp_path / "s.tgz", shards=16)
