@@ -296,24 +296,13 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
     ImageNet's train/<class>/images/<file>), written as <class>/<file>. `class_pattern`: a
     regular expression whose first group (or match) in an image's file name is its class
     (Kaggle's cat.0.jpg: "^(cat|dog)[.]"). `only`: a file listing the images to take, one
-    path a line (Food-101's meta/train.txt). `folder`: only what
-    lies under this folder of src (a zip's or tar's too), as if it were src. `jobs`: shards
-    written at once, in as many processes (default: one a core)."""
-    if shards < 1:
-        raise ValueError(f"shards must be >= 1, got {shards}")
-    if class_folder not in ("parent", "top"):
-        raise ValueError(f"class_folder must be 'parent' or 'top', got {class_folder!r}")
-    rules = [labels is not None, class_folder == "top", class_pattern is not None]
-    if sum(rules) > 1:
-        raise ValueError("an image's class comes from one of labels, class_folder='top' and "
-                         "class_pattern, not several")
-    if shuffle_seed is not None and is_tar(src) and _is_compressed(src) \
-            and "rapidgzip" not in available_inflaters():
-        log.warning("pack %s: its members in shuffled order mean seeking back in a compressed "
-                    "tar, which Python's gzip does by inflating it again from the start: "
-                    "install rapidgzip (imageloader[fast]), or unpack it (gunzip -k) first",
-                    src)
-    folder = "/".join(part for part in folder.split("/") if part not in ("", "."))
+    path a line (Food-101's meta/train.txt). `folder`: only what lies under this folder of
+    src (a zip's or tar's too), as if it were src. `jobs`: shards written at once, in as
+    many processes (default: one a core)."""
+    _check_choices(shards, labels, class_folder, class_pattern)
+    if shuffle_seed is not None:
+        _warn_if_slow_to_shuffle(src)
+    folder = _clean(folder)
     relative_paths = image_files(src, loose=labels is not None or class_pattern is not None,
                                  folder=folder)
     if only is not None:
@@ -329,16 +318,39 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
     members = order_members(list(sources), shuffle_seed)
     work = [(path, [(sources[m], m) for m in part])
             for path, part in zip(paths, split_into_shards(members, shards))]
+    _write_shards(src, prefix, compresslevel, work, jobs)
+    return paths
+
+
+def _check_choices(shards: int, labels, class_folder: str, class_pattern) -> None:
+    if shards < 1:
+        raise ValueError(f"shards must be >= 1, got {shards}")
+    if class_folder not in ("parent", "top"):
+        raise ValueError(f"class_folder must be 'parent' or 'top', got {class_folder!r}")
+    if sum([labels is not None, class_folder == "top", class_pattern is not None]) > 1:
+        raise ValueError("an image's class comes from one of labels, class_folder='top' and "
+                         "class_pattern, not several")
+
+
+def _warn_if_slow_to_shuffle(src) -> None:
+    if is_tar(src) and _is_compressed(src) and "rapidgzip" not in available_inflaters():
+        log.warning("pack %s: its members in shuffled order mean seeking back in a compressed "
+                    "tar, which Python's gzip does by inflating it again from the start: "
+                    "install rapidgzip (imageloader[fast]), or unpack it (gunzip -k) first",
+                    src)
+
+
+def _write_shards(src, prefix: str, compresslevel: int, work: list, jobs: int | None) -> None:
+    """Each (archive path, [(path under src, member path)]) of `work` written, in parallel
+    processes: gzip deflates tens of MB/s a core, and ImageNet's 140 GB would take hours in
+    one."""
     jobs = max(1, min(len(work), jobs or os.cpu_count() or 1))
     with contextlib.ExitStack() as stack:
-        # Shards in parallel processes: gzip deflates ~40 MB/s a core, ImageNet's 140 GB
-        # would take an hour in one.
         run = map if jobs == 1 else stack.enter_context(ProcessPoolExecutor(jobs)).map
         write = functools.partial(_write_shard, src, prefix, compresslevel)
         for path, images, payload in run(write, *zip(*work)):
             log.info("%s: %d images, %d payload bytes, %d bytes", path, images, payload,
                      os.path.getsize(path))
-    return paths
 
 
 def _write_shard(src, prefix: str, compresslevel: int, path: str,
