@@ -44,13 +44,20 @@ def listed_paths(src, relative_paths: list[str], only: str | os.PathLike) -> lis
     wrong folder or a broken download."""
     with open(only, encoding="utf-8-sig") as f:
         wanted = [line.strip() for line in f if line.strip()]
-    keys = {key: path for path in relative_paths for key in (path, os.path.splitext(path)[0])}
+    keys: dict[str, set[str]] = {}
+    for path in relative_paths:
+        for key in (path, os.path.splitext(path)[0]):
+            keys.setdefault(key, set()).add(path)
     missing = [line for line in wanted if line not in keys]
     if missing:
         raise ValueError(f"pack {src}: {len(missing)} of the {len(wanted)} lines of {only} "
                          f"name no image (e.g. {missing[0]}); paths are relative to SRC "
                          f"(or --folder), with or without their extension")
-    return sorted({keys[line] for line in wanted})
+    both = next((line for line in wanted if len(keys[line]) > 1), None)
+    if both is not None:
+        raise ValueError(f"pack {src}: line {both!r} of {only} names "
+                         f"{' and '.join(sorted(keys[both]))}; give the extension")
+    return sorted({path for line in wanted for path in keys[line]})
 
 
 def named_paths(src, relative_paths: list[str], pattern: str) -> dict[str, str]:

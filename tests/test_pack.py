@@ -499,6 +499,15 @@ def test_a_split_given_by_a_list_takes_only_the_images_it_names(tmp_path):
     with pytest.raises(ValueError, match=r"1 of the 2 lines of .*bad.txt name no image "
                                          r"\(e.g. apple_pie/999\)"):
         pack(food, tmp_path / "bad.tgz", folder="food-101/images", only=bad_list)
+    with tarfile.open(tmp_path / "two.tar", "w") as tar:
+        for name in ("apple_pie/1005649.jpg", "apple_pie/1005649.png"):
+            info = tarfile.TarInfo(name)
+            info.size = len(png.getvalue())
+            tar.addfile(info, io.BytesIO(png.getvalue()))
+    bad_list.write_text("apple_pie/1005649\n")
+    with pytest.raises(ValueError, match=r"line 'apple_pie/1005649' of .*bad.txt names "
+                                         r"apple_pie/1005649.jpg and apple_pie/1005649.png"):
+        pack(tmp_path / "two.tar", tmp_path / "two.tgz", only=bad_list)
 
 
 def test_more_shards_than_images_is_refused(class_folder, tmp_path):
