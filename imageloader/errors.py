@@ -16,6 +16,16 @@ from dataclasses import dataclass
 LAYOUT = "<split>/<class>/<file> or <class>/<file> (the class is the image's parent folder)"
 PACK_HINT = ("python -m imageloader pack FOLDER OUT.tgz makes one from a folder of "
              "<class>/<file> images")
+# What `pack` makes of members the loader skips, by skip reason: the loader's "no images"
+# error and `summary` say it, with the archive's name.
+REPACK_HINTS = {
+    "archive": "a tar of <class>.tar archives (as ImageNet's ILSVRC2012_img_train.tar) is "
+               "flattened into one the loader reads by python -m imageloader pack {archive} "
+               "OUT.tgz --prefix train",
+    "no_class_folder": "python -m imageloader pack {archive} OUT.tgz --labels FILE puts them "
+                       "in class folders from a list of file,class rows (--class-pattern "
+                       "REGEX: from their names)",
+}
 # Folder names that say "split", not "class": the only class being one of them means the
 # images lie directly in the split folder (train/x.jpg). A year or version may follow
 # (COCO's train2017/ and val2017/, train_1/), and one of SPLIT_COMPANIONS may stand before or

@@ -14,7 +14,7 @@ from collections import Counter
 import numpy as np
 
 from .decode import ALLOWED_FORMATS, Augment, Decoder
-from .errors import ArchiveError, Limits, SampleError
+from .errors import REPACK_HINTS, ArchiveError, Limits, SampleError
 from .read import expand_sources, iter_members, split_folder
 
 
@@ -62,15 +62,6 @@ def summarize(archive: str, decode: bool = False, max_listed: int = 20) -> dict:
         "error": error_text}
 
 
-# Skips that a repacked archive would read, and the command that repacks it.
-REMEDIES = {
-    "archive": "a tar of <class>.tar, as ImageNet's: python -m imageloader pack {} OUT.tgz "
-               "--prefix train",
-    "no_class_folder": "images without a class folder: python -m imageloader pack {} OUT.tgz "
-                       "--labels FILE, FILE of file,class rows, or --class-pattern REGEX",
-}
-
-
 def print_table(summary: dict) -> None:
     counts = summary["classes"]
     print(f"{summary['archive']}: {summary['images']} images in {len(counts)} classes")
@@ -86,8 +77,8 @@ def print_table(summary: dict) -> None:
     if summary["mean_bytes"]:
         print(f"  mean image size: {summary['mean_bytes'] / 1024:.1f} KiB")
     for reason, n in summary["skipped"].items():
-        print(f"  skipped {n} x {reason}" + (f" ({REMEDIES[reason].format(summary['archive'])})"
-                                             if reason in REMEDIES else ""))
+        hint = REPACK_HINTS.get(reason, "").format(archive=summary["archive"])
+        print(f"  skipped {n} x {reason}" + (f" ({hint})" if hint else ""))
     for name, reason in summary["bad_members"]:
         print(f"  bad member {name!r}: {reason}")
     if summary["error"]:

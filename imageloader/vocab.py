@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Mapping
 
 from . import remote
-from .errors import (LAYOUT, PACK_HINT, ArchiveError, Limits, check_split, counted,
-                     is_split_name, two_splits_message)
+from .errors import (LAYOUT, PACK_HINT, REPACK_HINTS, ArchiveError, Limits, check_split,
+                     counted, is_split_name, two_splits_message)
 from .index import file_stamp, index_is_stale, recorder_for, regions_from
 from .read import (IMAGE_EXTENSIONS, Region, Source, expand_sources, has_image_extension,
                    iter_members, source_name, split_folder, split_names)
@@ -144,8 +144,8 @@ def refuse_two_splits(sources: list[Source], limits: Limits) -> None:
     loader given its classes may be meant to start without a pass over a large archive.
     Shards without a sidecar are told by their first image (shards are usually one split
     each, and each may go to a reader of its own); a URL's, from its first PEEK_BYTES, one
-    small request (or two: _first_image_named). The readers refuse a second split when they meet one
-    (workers._chain_members): within a stream, or a shard."""
+    small request (or two: _first_image_named). The readers refuse a second split when they
+    meet one (workers._chain_members): within a stream, or a shard."""
     paths = [os.fspath(source) for source in sources if not hasattr(source, "read")]
     scans = {path: _fresh_sidecar(path) for path in paths}
     known = [path for path, scan in scans.items() if scan is not None]
@@ -227,18 +227,15 @@ def _no_images_message(sources: list, skipped: list[Mapping[str, int]]) -> str:
         found.append(f"{source} ({'skipped ' + reasons if reasons else 'no members'})")
     loose = sum(counts.get("no_class_folder", 0) for counts in skipped)
     where = (f" {counted(loose, 'image')} {'lies' if loose == 1 else 'lie'} at the top level, "
-             f"outside any class folder (no_class_folder): python -m imageloader pack "
-             f"SRC OUT.tgz --labels FILE puts them in class folders from a list of "
-             f"file,class rows (--class-pattern REGEX: from their names)." if loose else "")
+             f"outside any class folder (no_class_folder): "
+             f"{REPACK_HINTS['no_class_folder'].format(archive='SRC')}." if loose else "")
     nested = [(source, counts["archive"]) for source, counts in zip(sources, skipped)
               if counts.get("archive")]
     if nested:
         source, n = nested[0]
         what = "is an archive itself" if n == 1 else "are archives themselves"
-        where += (f" {counted(n, 'member')} of {source} {what}: a tar of <class>.tar "
-                  f"archives (as ImageNet's ILSVRC2012_img_train.tar) is flattened into one "
-                  f"the loader reads by python -m imageloader pack {source} OUT.tgz "
-                  f"--prefix train.")
+        where += (f" {counted(n, 'member')} of {source} {what}: "
+                  f"{REPACK_HINTS['archive'].format(archive=source)}.")
     return (f"no images found in {'; '.join(found)}.{where} Images are read from members "
             f"named <split>/<class>/<file> or <class>/<file>, the class being the parent "
             f"folder, with one of the extensions {' '.join(sorted(IMAGE_EXTENSIONS))}; "

@@ -60,7 +60,8 @@ def test_skips_a_repack_would_read_name_the_command(tmp_path, capsys):
     path = write_archive(tmp_path / "a.tgz", [("n01440764.tar.gz", inner), ("loose.jpg", b"y")])
     code, out = run(capsys, path)
     assert code == 0 and "0 images in 0 classes" in out
-    assert (f"skipped 1 x archive (a tar of <class>.tar, as ImageNet's: python -m imageloader "
-            f"pack {path} OUT.tgz --prefix train)") in out
-    assert f"skipped 1 x no_class_folder (images without a class folder: python -m " \
-           f"imageloader pack {path} OUT.tgz --labels FILE" in out
+    assert (f"skipped 1 x archive (a tar of <class>.tar archives (as ImageNet's "
+            f"ILSVRC2012_img_train.tar) is flattened into one the loader reads by python -m "
+            f"imageloader pack {path} OUT.tgz --prefix train)") in out
+    assert f"skipped 1 x no_class_folder (python -m imageloader pack {path} OUT.tgz --labels " \
+           f"FILE puts them in class folders" in out
