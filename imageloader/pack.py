@@ -1,9 +1,9 @@
-"""Archive writing: a folder of labeled images -> reproducible .tgz archives the loader reads.
+"""Archive writing: labeled images -> reproducible .tgz (or .tar) archives the loader reads.
 
     python -m imageloader pack photos/train train.tgz                  # train/<class>/<file>
     python -m imageloader pack photos/train train.tgz --shards 8 --shuffle-seed 0
     python -m imageloader pack photos.zip photos.tgz                   # a .zip, not unpacked
-    python -m imageloader pack ILSVRC2012_img_train.tar train.tgz --prefix train
+    python -m imageloader pack ILSVRC2012_img_train.tar train.tar --prefix train  # plain tar
     python -m imageloader pack ILSVRC2012_img_val.tar val.tgz --prefix val \
         --labels ILSVRC2012_devkit_t12.tar.gz                       # or a file,class list
     python -m imageloader pack tiny-imagenet-200.zip train.tgz \
@@ -31,7 +31,9 @@ regular image files are added (symlinks to files are followed); hidden files and
 warning. Archives are byte-reproducible: fixed mtime, owner and mode in every tar header,
 mtime 0 and no file name in the gzip header. With `shards=N` the members are cut into N
 contiguous, near-equal archives `<out>-00000-of-0000N.tgz` ...; a shuffle seed makes each
-shard mix all classes.
+shard mix all classes. An OUT ending in .tar is written as a plain tar: JPEG bytes barely
+compress, and the loader reads a plain tar with no inflating (of a .tgz it keeps a plain
+copy where the disk has room: the bytes twice).
 """
 from __future__ import annotations
 
@@ -73,17 +75,18 @@ def reproducible_tarinfo(name: str, size: int) -> tarfile.TarInfo:
 
 
 def write_reproducible_tgz(path: str | os.PathLike, members: Iterable[tuple[str, bytes]],
-                           compresslevel: int = 9) -> int:
-    """Write (name, bytes) members in the given order; returns the payload bytes."""
+                           compresslevel: int = 9, gzipped: bool = True) -> int:
+    """Write (name, bytes) members in the given order, gzipped or as a plain tar; returns the
+    payload bytes."""
     payload = 0
-    with open(path, "wb") as raw:
+    with open(path, "wb") as raw, contextlib.ExitStack() as stack:
         # gzip stores a timestamp (and optionally a file name) in its header; pin both.
-        with gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0,
-                           compresslevel=compresslevel) as gz:
-            with tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-                for name, data in members:
-                    tar.addfile(reproducible_tarinfo(name, len(data)), io.BytesIO(data))
-                    payload += len(data)
+        out = stack.enter_context(gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0,
+                                                compresslevel=compresslevel)) if gzipped else raw
+        with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+            for name, data in members:
+                tar.addfile(reproducible_tarinfo(name, len(data)), io.BytesIO(data))
+                payload += len(data)
     return payload
 
 
@@ -275,10 +278,14 @@ def split_into_shards(items: list, shards: int) -> list[list]:
 
 
 def shard_paths(out: str, shards: int) -> list[str]:
+    """out itself for one archive (.tgz added unless it ends in .tgz, .tar.gz or .tar), else
+    <stem>-00000-of-0000N.tgz ... (.tar for a plain out)."""
+    suffix = next((s for s in TGZ_SUFFIXES + (".tar",) if out.endswith(s)), None)
     if shards == 1:
-        return [out if out.endswith(TGZ_SUFFIXES) else out + ".tgz"]
-    stem = next((out[:-len(s)] for s in TGZ_SUFFIXES if out.endswith(s)), out)
-    return [f"{stem}-{k:05d}-of-{shards:05d}.tgz" for k in range(shards)]
+        return [out if suffix else out + ".tgz"]
+    stem = out[:-len(suffix)] if suffix else out
+    return [f"{stem}-{k:05d}-of-{shards:05d}{'.tar' if suffix == '.tar' else '.tgz'}"
+            for k in range(shards)]
 
 
 def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
@@ -359,7 +366,8 @@ def _write_shard(src, prefix: str, compresslevel: int, path: str,
     stopped leaves no archive that looks complete."""
     partial = path + ".partial"
     try:
-        payload = write_reproducible_tgz(partial, _read_files(src, prefix, pairs), compresslevel)
+        payload = write_reproducible_tgz(partial, _read_files(src, prefix, pairs), compresslevel,
+                                         gzipped=not path.endswith(".tar"))
         os.replace(partial, path)
     finally:
         if os.path.exists(partial):
@@ -394,7 +402,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("src", help="folder (or .zip or tar) holding <class>/<file> or "
                                     "<split>/<class>/<file>; a tar's members <class>.tar "
                                     "stand for <class>/ folders")
-    parser.add_argument("out", help="output .tgz; with --shards N, the stem of the shard names")
+    parser.add_argument("out", help="output .tgz, or .tar for a plain tar (JPEGs barely "
+                                    "compress: the loader reads it with no inflating); with "
+                                    "--shards N, the stem of the shard names")
     parser.add_argument("--shards", type=int, default=1, help="archives to split the images into")
     parser.add_argument("--shuffle-seed", type=int, default=None,
                         help="shuffle the members with this seed (so that every shard mixes "

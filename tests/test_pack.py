@@ -87,6 +87,21 @@ def test_shards_written_in_parallel_are_the_same_bytes_and_none_is_left_half_wri
     assert list((tmp_path / "broken").iterdir()) == []
 
 
+def test_an_out_ending_in_tar_is_a_plain_tar_of_the_same_members(class_folder, tmp_path):
+    plain = pack(class_folder, tmp_path / "p" / "train.tar", shards=2, shuffle_seed=0)
+    gzipped = pack(class_folder, tmp_path / "g" / "train.tgz", shards=2, shuffle_seed=0)
+    assert [Path(p).name for p in plain] == ["train-00000-of-00002.tar",
+                                             "train-00001-of-00002.tar"]
+    for tar_path, tgz_path in zip(plain, gzipped):
+        assert Path(tar_path).read_bytes()[:2] != b"\x1f\x8b"
+        with tarfile.open(tar_path, "r:") as tar:
+            assert {m.name: tar.extractfile(m).read() for m in tar} == read_members(tgz_path)
+    with ImageLoader(plain, batch_size=15, size=4, train=False, workers=0,
+                     device="cpu") as loader:
+        assert sum(len(labels) for _, labels in loader) == 15
+    assert pack(class_folder, tmp_path / "one.tar")[0] == str(tmp_path / "one.tar")
+
+
 def test_archives_are_byte_reproducible(class_folder, tmp_path):
     first = pack(class_folder, tmp_path / "a" / "x.tgz", shards=2)
     # Another output name too: the name must not leak into the gzip header.
