@@ -1612,3 +1612,22 @@ def test_make_photo_sample_takes_each_kind_then_large_jpegs_within_the_budget(mo
     with ImageLoader(str(out), batch_size=4, size=16, train=False, workers=0,
                      device="cpu") as loader:
         assert sum(len(y) for _, y in loader) == 11 and not loader.stats.skipped
+
+
+def test_bench_pack_times_listing_and_each_pack_of_a_tar_of_class_tars(monkeypatch, tmp_path,
+                                                                       capsys):
+    script = load_script("bench_pack", monkeypatch)
+    rows = script.main(script_args(script, "--classes", 3, "--per-class", 4, "--kb", 2,
+                                   "--shards", 2, "--jobs", "1,2", "--work", tmp_path))
+    assert [row["run"] for row in rows] == ["list", "tar, 1 shard", "tgz, 2 shards, 1 jobs",
+                                            "tgz, 2 shards, 2 jobs"]
+    assert all(row["seconds"] >= 0 and row["img_per_s"] > 0 and row["self_mb"] > 0
+               for row in rows)
+    made = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert made["images"] == 12 and made["payload_mb"] == 0
+    with tarfile.open(tmp_path / "tar-1shard" / "out.tar") as tar:
+        names = tar.getnames()
+    assert len(names) == 12 and names[0].startswith("train/n000000") and \
+        names != sorted(names)  # shuffled
+    shards = sorted((tmp_path / "tgz-2shards-2jobs").glob("*.tgz"))
+    assert [len(read_members(path)) for path in shards] == [6, 6]
