@@ -31,8 +31,7 @@ def member_paths(src, relative_paths: list[str], labels, class_folder: str,
     if class_pattern is not None:
         return named_paths(src, relative_paths, class_pattern)
     if class_folder == "top":
-        targets = {path: f"{path.split('/', 1)[0]}/{path.rsplit('/', 1)[-1]}"
-                   for path in relative_paths}
+        targets, _ = _in_class_folders(relative_paths, lambda path, name: path.split("/")[0])
         _refuse_one_name_twice(src, targets)
         return targets
     return {path: path for path in relative_paths}
@@ -65,15 +64,13 @@ def named_paths(src, relative_paths: list[str], pattern: str) -> dict[str, str]:
     all it matches): Kaggle's cat.0.jpg with ^(cat|dog)[.], Oxford pets' Abyssinian_1.jpg
     with ^(.+)_[0-9]+[.]. Every image's name must hold one."""
     found = re.compile(pattern)
-    targets, unmatched = {}, []
-    for path in relative_paths:
-        name = path.rsplit("/", 1)[-1]
+
+    def class_of(path: str, name: str) -> str | None:
         match = found.search(name)
         label = match and (match.group(1) if found.groups else match.group(0))
-        if not label or "/" in label or label in (".", ".."):
-            unmatched.append(path)
-            continue
-        targets[path] = f"{label}/{name}"
+        return None if not label or "/" in label or label in (".", "..") else label
+
+    targets, unmatched = _in_class_folders(relative_paths, class_of)
     if unmatched:
         raise ValueError(f"pack {src}: {len(unmatched)} of {len(relative_paths)} images' names "
                          f"give no class by {pattern!r} (e.g. {unmatched[0]}); each image "
@@ -88,15 +85,16 @@ def labelled_paths(src: str | os.PathLike, relative_paths: list[str],
     row for its path, its file name or its name less the extension. Every image needs a row;
     rows that name no image are warned of (a first one is taken for a header)."""
     rows = read_labels(labels)
-    targets, missing, used = {}, [], set()
-    for path in relative_paths:
-        name = path.rsplit("/", 1)[-1]
+    used = set()
+
+    def class_of(path: str, name: str) -> str | None:
         key = next((k for k in (path, name, os.path.splitext(name)[0]) if k in rows), None)
         if key is None:
-            missing.append(path)
-            continue
+            return None
         used.add(key)
-        targets[path] = f"{rows[key]}/{name}"
+        return rows[key]
+
+    targets, missing = _in_class_folders(relative_paths, class_of)
     if missing:
         raise ValueError(f"pack {src}: {len(missing)} of {len(relative_paths)} images "
                          f"{'has' if len(missing) == 1 else 'have'} no "
@@ -109,6 +107,20 @@ def labelled_paths(src: str | os.PathLike, relative_paths: list[str],
         log.warning("pack %s: %s of %s %s no image (e.g. %s)", src, counted(len(unused), "row"),
                     labels, "names" if len(unused) == 1 else "name", unused[0])
     return targets
+
+
+def _in_class_folders(relative_paths: list[str], class_of) -> tuple[dict[str, str], list[str]]:
+    """({path: <class>/<its file name>} for each path that class_of(path, file name) gives a
+    class, [the paths it gives none])."""
+    targets, missing = {}, []
+    for path in relative_paths:
+        name = path.rsplit("/", 1)[-1]
+        label = class_of(path, name)
+        if label is None:
+            missing.append(path)
+        else:
+            targets[path] = f"{label}/{name}"
+    return targets, missing
 
 
 def _refuse_one_name_twice(src, targets: dict[str, str]) -> None:
