@@ -12,7 +12,7 @@ from PIL import Image
 
 from imageloader import ImageLoader, Options
 from imageloader.pack import pack, reproducible_tarinfo
-from conftest import gzip_header_mtime, read_members
+from conftest import gzip_header_mtime, read_members, write_archive
 
 
 def write_png(path, value):
@@ -237,12 +237,7 @@ def test_a_tar_of_class_tars_is_packed_as_their_folder_would_be(class_folder, tm
 
 def test_a_class_tar_with_folders_or_two_images_of_one_name_is_refused(tmp_path):
     def tar_of(path, members):
-        with tarfile.open(path, "w") as tar:
-            for name, data in members:
-                info = tarfile.TarInfo(name)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-        return path
+        return Path(write_archive(path, members, compress=False))
 
     nested = tar_of(tmp_path / "cat.tar", [("sub/0.png", b"x")])
     with pytest.raises(ValueError, match=r"member cat.tar holds sub/0.png, in a folder"):
@@ -310,13 +305,10 @@ def imagenet_devkit(path, truth: list[int], synsets: dict[int, str]):
                             ("num_children", "O")])
     meta = io.BytesIO()
     savemat(meta, {"synsets": table})
-    with tarfile.open(path, "w:gz") as tar:
-        for name, data in (("data/meta.mat", meta.getvalue()),
-                           ("data/ILSVRC2012_validation_ground_truth.txt",
-                            "".join(f"{k}\n" for k in truth).encode())):
-            info = tarfile.TarInfo(f"ILSVRC2012_devkit_t12/{name}")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+    write_archive(path, [
+        ("ILSVRC2012_devkit_t12/data/meta.mat", meta.getvalue()),
+        ("ILSVRC2012_devkit_t12/data/ILSVRC2012_validation_ground_truth.txt",
+         "".join(f"{k}\n" for k in truth).encode())])
     return path
 
 
@@ -344,10 +336,7 @@ def test_imagenet_validation_images_take_their_classes_from_the_devkit(tmp_path,
 
 def not_a_devkit(path):
     """A tar with meta.mat's name but no ground truth."""
-    with tarfile.open(path, "w:gz") as tar:
-        info = tarfile.TarInfo("ILSVRC2012_devkit_t12/data/meta.mat")
-        info.size = 3
-        tar.addfile(info, io.BytesIO(b"mat"))
+    write_archive(path, [("ILSVRC2012_devkit_t12/data/meta.mat", b"mat")])
     return path
 
 
@@ -479,12 +468,9 @@ def test_imagenet_from_kaggle_and_oxford_pets_as_docs_datasets_packs_them(tmp_pa
     assert list(read_members(val)) == ["val/n01440764/ILSVRC2012_val_00000002.JPEG",
                                        "val/n02119789/ILSVRC2012_val_00000001.JPEG"]
     pets = tmp_path / "images.tar.gz"
-    with tarfile.open(pets, "w:gz") as tar:
-        for name in ("Abyssinian_1.jpg", "Abyssinian_10.jpg", "american_pit_bull_terrier_2.jpg",
-                     "Abyssinian_100.mat"):
-            info = tarfile.TarInfo(f"images/{name}")
-            info.size = len(png.getvalue())
-            tar.addfile(info, io.BytesIO(png.getvalue()))
+    write_archive(pets, [(f"images/{name}", png.getvalue()) for name in (
+        "Abyssinian_1.jpg", "Abyssinian_10.jpg", "american_pit_bull_terrier_2.jpg",
+        "Abyssinian_100.mat")])
     out = pack(pets, tmp_path / "pets.tgz", folder="images", prefix="train",
                class_pattern="^(.+)_[0-9]+[.]")[0]
     assert list(read_members(out)) == [
@@ -498,12 +484,8 @@ def test_a_split_given_by_a_list_takes_only_the_images_it_names(tmp_path):
     png = io.BytesIO()
     Image.new("L", (4, 4), 9).save(png, "PNG")
     food = tmp_path / "food-101.tar.gz"
-    with tarfile.open(food, "w:gz") as tar:
-        for name in ("apple_pie/1005649", "apple_pie/1011328", "baklava/1006121",
-                     "baklava/1014880"):
-            info = tarfile.TarInfo(f"food-101/images/{name}.jpg")
-            info.size = len(png.getvalue())
-            tar.addfile(info, io.BytesIO(png.getvalue()))
+    write_archive(food, [(f"food-101/images/{name}.jpg", png.getvalue()) for name in (
+        "apple_pie/1005649", "apple_pie/1011328", "baklava/1006121", "baklava/1014880")])
     train_list, bad_list = tmp_path / "train.txt", tmp_path / "bad.txt"
     train_list.write_text("apple_pie/1005649\nbaklava/1014880.jpg\n")
     bad_list.write_text("apple_pie/1005649\napple_pie/999\n")
@@ -514,11 +496,8 @@ def test_a_split_given_by_a_list_takes_only_the_images_it_names(tmp_path):
     with pytest.raises(ValueError, match=r"1 of the 2 lines of .*bad.txt name no image "
                                          r"\(e.g. apple_pie/999\)"):
         pack(food, tmp_path / "bad.tgz", folder="food-101/images", only=bad_list)
-    with tarfile.open(tmp_path / "two.tar", "w") as tar:
-        for name in ("apple_pie/1005649.jpg", "apple_pie/1005649.png"):
-            info = tarfile.TarInfo(name)
-            info.size = len(png.getvalue())
-            tar.addfile(info, io.BytesIO(png.getvalue()))
+    write_archive(tmp_path / "two.tar", [(name, png.getvalue()) for name in (
+        "apple_pie/1005649.jpg", "apple_pie/1005649.png")], compress=False)
     bad_list.write_text("apple_pie/1005649\n")
     with pytest.raises(ValueError, match=r"line 'apple_pie/1005649' of .*bad.txt names "
                                          r"apple_pie/1005649.jpg and apple_pie/1005649.png"):
