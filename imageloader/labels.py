@@ -1,6 +1,7 @@
 """Where pack puts each image: <class>/<file>, the class from a list of file,class rows,
-from ImageNet's devkit, from the file's name or from the folder right under SRC (torchvision's
-ImageFolder rule); and which images a list of paths keeps (Food-101's meta/train.txt).
+from ImageNet's devkit, from the file's name, from the folder right under SRC (torchvision's
+ImageFolder rule) or from all its folders (SUN397's a/apartment_building/outdoor); and which
+images a list of paths keeps (Food-101's meta/train.txt).
 
 Images that lie outside class folders (ImageNet's validation tar, Kaggle's train/ beside a
 labels.csv, Kaggle's cat.0.jpg ... dog.0.jpg) or deeper than their class's folder (Tiny
@@ -34,15 +35,43 @@ def member_paths(src, relative_paths: list[str], labels, class_folder: str,
         targets, _ = _in_class_folders(relative_paths, lambda path, name: path.split("/")[0])
         _refuse_one_name_twice(src, targets)
         return targets
+    if class_folder == "path":
+        return path_named(src, relative_paths)
     return {path: path for path in relative_paths}
+
+
+FOLDER_JOIN = "-"  # as Places365's own flat names: a/apartment_building/outdoor ->
+# apartment_building-outdoor
+
+
+def path_named(src, relative_paths: list[str]) -> dict[str, str]:
+    """<class>/<file>, the class being all of an image's folders below src joined by
+    FOLDER_JOIN: SUN397's a/apartment_building/outdoor/x.jpg -> a-apartment_building-outdoor/
+    x.jpg, where the parent-folder rule reads it and c/church/outdoor/y.jpg as one class
+    "outdoor". Below src, not below what the images share: a split packed from a list
+    (--only) gets the same class names as the other split. Two folders may not join to one
+    name."""
+    joined: dict[str, str] = {}
+
+    def class_of(path: str, name: str) -> str:
+        folder = path.rpartition("/")[0]
+        label = folder.replace("/", FOLDER_JOIN)
+        if joined.setdefault(label, folder) != folder:
+            raise ValueError(f"pack {src}: folders {joined[label]} and {folder} would both be "
+                             f"class {label!r}; rename one")
+        return label
+
+    targets, _ = _in_class_folders(relative_paths, class_of)  # image_files: all in folders
+    _refuse_one_name_twice(src, targets)
+    return targets
 
 
 def listed_paths(src, relative_paths: list[str], only: str | os.PathLike) -> list[str]:
     """The images that `only` lists, one path a line (with or without the extension): a
     split given by a list. Every line must name an image: a line that names none means the
     wrong folder or a broken download."""
-    with open(only, encoding="utf-8-sig") as f:
-        wanted = [line.strip() for line in f if line.strip()]
+    with open(only, encoding="utf-8-sig") as f:  # SUN397's lists: /a/abbey/sun_a.jpg
+        wanted = [line.strip().lstrip("/") for line in f if line.strip().lstrip("/")]
     keys: dict[str, set[str]] = {}
     for path in relative_paths:
         for key in (path, os.path.splitext(path)[0]):

@@ -25,7 +25,9 @@ class folders (SRC/<file>, SRC/images/<file>) take their classes from `--labels`
 or ImageNet's devkit for its validation images (needs scipy), and are written as
 <class>/<file>;
 with `--class-folder top`, the class is the folder right under SRC, the image anywhere below
-it (torchvision's ImageFolder rule: SRC/<class>/images/<file>, as Tiny ImageNet has it). Only
+it (torchvision's ImageFolder rule: SRC/<class>/images/<file>, as Tiny ImageNet has it); with
+`--class-folder path`, all its folders joined (SUN397's and Places365's a/church/outdoor, whose
+parent folder alone would make one class of every .../outdoor: a-church-outdoor). Only
 regular image files are added (symlinks to files are followed); hidden files and folders
 (names starting with '.') and files that are not images are left out, the latter with a
 warning. Archives are byte-reproducible: fixed mtime, owner and mode in every tar header,
@@ -57,6 +59,7 @@ from .labels import listed_paths, member_paths
 from .read import IMAGE_EXTENSIONS, available_inflaters, has_image_extension, open_stream
 
 log = logging.getLogger(__name__)
+CLASS_FOLDERS = ("parent", "top", "path")  # labels.member_paths
 FIXED_MTIME = 0  # so that the bytes do not depend on when, or from what checkout, they were made
 TGZ_SUFFIXES = (".tar.gz", ".tgz")
 LAYOUT = "SRC/<class>/<file> or SRC/<split>/<class>/<file>"
@@ -300,9 +303,10 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
     rows for images that lie outside class folders (ImageNet's validation set, Kaggle's
     labels.csv): each is written as <class>/<file>. `class_folder="top"`: an image's class is
     the folder right under src, the image anywhere below it (torchvision's ImageFolder; Tiny
-    ImageNet's train/<class>/images/<file>), written as <class>/<file>. `class_pattern`: a
-    regular expression whose first group (or match) in an image's file name is its class
-    (Kaggle's cat.0.jpg: "^(cat|dog)[.]"). `only`: a file listing the images to take, one
+    ImageNet's train/<class>/images/<file>), written as <class>/<file>; `"path"`: all of
+    an image's folders below src, joined by "-" (SUN397's a/church/outdoor/<file> ->
+    a-church-outdoor/<file>). `class_pattern`: a regular expression whose first group (or
+    match) in an image's file name is its class (Kaggle's cat.0.jpg: "^(cat|dog)[.]"). `only`: a file listing the images to take, one
     path a line (Food-101's meta/train.txt). `folder`: only what lies under this folder of
     src (a zip's or tar's too), as if it were src. `jobs`: shards written at once, in as
     many processes (default: one a core)."""
@@ -332,11 +336,12 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
 def _check_choices(shards: int, labels, class_folder: str, class_pattern) -> None:
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
-    if class_folder not in ("parent", "top"):
-        raise ValueError(f"class_folder must be 'parent' or 'top', got {class_folder!r}")
-    if sum([labels is not None, class_folder == "top", class_pattern is not None]) > 1:
-        raise ValueError("an image's class comes from one of labels, class_folder='top' and "
-                         "class_pattern, not several")
+    if class_folder not in CLASS_FOLDERS:
+        raise ValueError(f"class_folder must be one of {', '.join(map(repr, CLASS_FOLDERS))}, "
+                         f"got {class_folder!r}")
+    if sum([labels is not None, class_folder != "parent", class_pattern is not None]) > 1:
+        raise ValueError(f"an image's class comes from one of labels, class_folder="
+                         f"{class_folder!r} and class_pattern, not several")
 
 
 def _warn_if_slow_to_shuffle(src) -> None:
@@ -413,11 +418,12 @@ def get_args_parser() -> argparse.ArgumentParser:
                         help="path before every member, '' for none; None: SRC's folder name "
                              "for <class>/<file>, none for <split>/<class>/<file>")
     parser.add_argument("--compresslevel", type=int, default=6, help="gzip level, 0-9")
-    parser.add_argument("--class-folder", choices=("parent", "top"), default="parent",
-                        help="an image's class: its parent folder, or the folder right under "
+    parser.add_argument("--class-folder", choices=CLASS_FOLDERS, default="parent",
+                        help="an image's class: its parent folder; top: the folder right under "
                              "SRC with the image anywhere below it (torchvision's ImageFolder;"
-                             " Tiny ImageNet's <class>/images/<file>), written as "
-                             "<class>/<file>")
+                             " Tiny ImageNet's <class>/images/<file>); path: all its folders "
+                             "joined by '-' (SUN397's a/church/outdoor: a-church-outdoor); "
+                             "top and path are written as <class>/<file>")
     parser.add_argument("--class-pattern", default=None,
                         help="regular expression whose first group (or match) in an image's "
                              "file name is its class: Kaggle's cat.0.jpg: '^(cat|dog)[.]'")

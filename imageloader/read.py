@@ -488,6 +488,14 @@ def split_folder(name: str) -> str | None:
     return next((part.lower() for part in reversed(above) if is_split_name(part)), None)
 
 
+def class_place(name: str) -> str:
+    """Where an image's class folder lies: the folders above it, less split folders:
+    `data_256/c/church/outdoor/1.jpg` -> "data_256/c/church", `imagenette2/train/n01/x.jpg`
+    and `imagenette2/val/n01/y.jpg` -> "imagenette2". One class name in two places is two
+    folders read as one class (vocab.ClassPlaces)."""
+    return "/".join(part for part in name.split("/")[:-2] if not is_split_name(part))
+
+
 def split_names(split: str | tuple[str, ...] | None) -> tuple[str, ...]:
     """The split folders that Options.split (as errors.check_split returns it) reads; none
     for None (every image)."""

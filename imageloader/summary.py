@@ -16,6 +16,7 @@ import numpy as np
 from .decode import ALLOWED_FORMATS, Augment, Decoder
 from .errors import REPACK_HINTS, ArchiveError, Limits, SampleError
 from .read import expand_sources, iter_members, split_folder
+from .vocab import ClassPlaces, nested_classes_message, shared_names_message
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -34,6 +35,7 @@ def summarize(archive: str, decode: bool = False, max_listed: int = 20) -> dict:
     skipped: Counter = Counter()
     per_class: Counter = Counter()
     per_split: Counter = Counter()
+    places = ClassPlaces()
     sizes: list[int] = []
     bad: list[tuple[str, str]] = []
     decoder = Decoder(Augment.make(8, False), limits=Limits(), formats=ALLOWED_FORMATS)
@@ -50,6 +52,7 @@ def summarize(archive: str, decode: bool = False, max_listed: int = 20) -> dict:
                     continue
                 sizes.append(len(member.data))
             per_class[member.label] += 1
+            places.add(member.label, member.name)
             per_split[split_folder(member.name)] += 1
         error_text = None
     except ArchiveError as error:
@@ -57,6 +60,7 @@ def summarize(archive: str, decode: bool = False, max_listed: int = 20) -> dict:
     return {"archive": archive, "images": sum(per_class.values()), "classes": dict(
         sorted(per_class.items())), "splits": dict(sorted(
             (split, n) for split, n in per_split.items() if split is not None)),
+        "shared": places.shared(), "nested": places.nested(),
         "skipped": dict(sorted(skipped.items())),
         "mean_bytes": float(np.mean(sizes)) if sizes else None, "bad_members": bad,
         "error": error_text}
@@ -74,6 +78,10 @@ def print_table(summary: dict) -> None:
     if len(summary["splits"]) > 1:
         print("  splits: " + ", ".join(f"{k}: {v}" for k, v in summary["splits"].items()) +
               " (a loader reads one: Options(split=...))")
+    if summary["shared"]:
+        print("  " + shared_names_message(summary["archive"], summary["shared"]))
+    if summary["nested"]:
+        print("  " + nested_classes_message(summary["archive"], summary["nested"]))
     if summary["mean_bytes"]:
         print(f"  mean image size: {summary['mean_bytes'] / 1024:.1f} KiB")
     for reason, n in summary["skipped"].items():

@@ -26,15 +26,16 @@ from . import remote
 from .errors import (LAYOUT, PACK_HINT, REPACK_HINTS, ArchiveError, Limits, check_split,
                      counted, is_split_name, two_splits_message)
 from .index import file_stamp, index_is_stale, recorder_for, regions_from
-from .read import (IMAGE_EXTENSIONS, Region, Source, expand_sources, has_image_extension,
-                   iter_members, source_name, split_folder, split_names)
+from .read import (IMAGE_EXTENSIONS, Region, Source, class_place, expand_sources,
+                   has_image_extension, iter_members, source_name, split_folder, split_names)
 
 log = logging.getLogger(__name__)
 SIDECAR_SUFFIX = ".classes.json"
-_FORMAT = "imageloader.classes/8"  # 2: with regions (index.py); 3: with splits; 4: their
+_FORMAT = "imageloader.classes/9"  # 2: with regions (index.py); 3: with splits; 4: their
 # classes, and each region's images of each split; 5: splits named in lower case; 6: split
 # names with a number after them (train2017); 7: and with a companion word (training_set);
-# 8: members that are archives counted as "archive", not "not_image"
+# 8: members that are archives counted as "archive", not "not_image"; 9: class names found
+# in several places and inside others (ClassPlaces)
 
 
 class Vocabulary:
@@ -113,9 +114,19 @@ class Vocabulary:
             skipped = [scan.get("skipped", {}) for scan in scans]
             raise ValueError(_no_images_message(sources, skipped))
         _check_classes(sources, counts)
+        for source, scan in zip(sources, scans):
+            _warn_of_class_places(source_name(source), scan, len(counts))
         if split is None:
             _check_splits(sources, scans)
         return cls(counts.keys(), counts)
+
+
+def _warn_of_class_places(archive: str, scan: dict, classes: int) -> None:
+    if scan.get("shared") and classes > 1:  # one class: _check_classes warned
+        warnings.warn(shared_names_message(archive, scan["shared"]),
+                      stacklevel=4)  # the caller of ImageLoader(...), as _check_classes
+    if scan.get("nested"):
+        warnings.warn(nested_classes_message(archive, scan["nested"]), stacklevel=4)
 
 
 def scan_classes(scan: dict, split: str | tuple[str, ...] | None) -> dict[str, int]:
@@ -126,6 +137,87 @@ def scan_classes(scan: dict, split: str | tuple[str, ...] | None) -> dict[str, i
     for name in split_names(split):
         counts.update(scan["splits"].get(name, {}))
     return dict(sorted(counts.items()))
+
+
+class ClassPlaces:
+    """Where each class's folders lie in an archive (read.class_place), for two layouts that
+    the parent-folder rule reads without an error and the user should hear of:
+    - one class name for folders in several places (shared): right for one class in several
+      domains (PACS's art_painting/dog and photo/dog), wrong for a hierarchy (SUN397's and
+      Places365's a/apartment_building/outdoor and c/church/outdoor, one class "outdoor");
+    - a class folder inside another's (nested): cat/extra/x.jpg is class "extra", not cat.
+    Only the user knows which is meant, so scans keep them to say so."""
+
+    KEPT = 100  # places kept per name: enough to show, bounded for an archive of odd folders
+    FOLDERS_KNOWN = 1 << 16
+
+    def __init__(self):
+        self._first: dict[str, str] = {}  # each class's first place: no set for most classes
+        self._places: dict[str, set[str]] = {}
+        self._known: dict[str, str] = {}  # folder -> place: a scan meets each folder often
+
+    def add(self, label: str, name: str) -> None:
+        folder = name.rpartition("/")[0]
+        place = self._known.get(folder)
+        if place is None:
+            place = class_place(name)
+            if len(self._known) < self.FOLDERS_KNOWN:
+                self._known[folder] = place
+        first = self._first.setdefault(label, place)
+        if place != first:
+            places = self._places.setdefault(label, {first})
+            if len(places) < self.KEPT:
+                places.add(place)
+
+    def shared(self) -> dict[str, list[str]]:
+        """{class name: its places, sorted} for the names found in more than one place."""
+        return {label: sorted(places) for label, places in sorted(self._places.items())}
+
+    def nested(self) -> dict[str, str]:
+        """{class name: the folder of another class that holds its folder}: cat/extra/x.jpg
+        beside cat/y.jpg -> {"extra": "cat"}."""
+        found = {}
+        for label, first in sorted(self._first.items()):
+            for place in sorted(self._places.get(label, {first})):
+                parent, _, folder = place.rpartition("/")
+                holder = self._places.get(folder, {self._first.get(folder)})
+                if folder != label and parent in holder:
+                    found[label] = place
+                    break
+        return found
+
+
+def shared_names_message(archive: str, shared: Mapping[str, list[str]]) -> str:
+    """What ClassPlaces.shared found in an archive, and how to pack it as separate classes."""
+    def folders(label: str, places: list[str]) -> str:
+        plus = "+" if len(places) >= ClassPlaces.KEPT else ""
+        shown = ", ".join(f"{place}/{label}" if place else label for place in places[:3])
+        return f"{label!r}: {len(places)}{plus} folders ({shown}{', ...' * (len(places) > 3)})"
+
+    listed = "; ".join(folders(label, places) for label, places in list(shared.items())[:3])
+    more = f"; {len(shared) - 3} more" if len(shared) > 3 else ""
+    return (f"{archive}: {counted(len(shared), 'class name')} "
+            f"{'stands' if len(shared) == 1 else 'stand'} for folders in several places, read "
+            f"as one class each (an image's class is its parent folder): {listed}{more}. "
+            f"Right for one class in several domains (art/dog, photo/dog); if they are "
+            f"different classes (SUN397's a/apartment_building/outdoor and c/church/outdoor), "
+            f"python -m imageloader pack {archive} OUT.tgz --folder F --class-folder path "
+            f"names each class by all its folders below F, the folder that holds the classes "
+            f"(e.g. SUN397)")
+
+
+def nested_classes_message(archive: str, nested: Mapping[str, str]) -> str:
+    """What ClassPlaces.nested found in an archive, and how to pack it as the outer classes."""
+    listed = "; ".join(f"{place}/{label} is class {label!r}, not {place.rpartition('/')[2]!r}"
+                       for label, place in list(nested.items())[:3])
+    more = f"; {len(nested) - 3} more" if len(nested) > 3 else ""
+    one = len(nested) == 1
+    return (f"{archive}: {counted(len(nested), 'class folder')} {'lies' if one else 'lie'} "
+            f"inside another class's folder, {'its' if one else 'their'} images read as "
+            f"{'its' if one else 'their'} own class (an image's class is its parent folder): "
+            f"{listed}{more}. If they belong to the outer class, python -m imageloader pack "
+            f"{archive} OUT.tgz --folder F --class-folder top names each image's class by its "
+            f"first folder below F, the folder that holds the classes (e.g. train)")
 
 
 # A URL shard's first image is looked for in its first bytes only: one small request per
@@ -344,9 +436,11 @@ def _scan(path: str, limits: Limits, inflate: str, write_sidecar: bool,
     recorder = recorder_for(path, inflate) if write_sidecar else None
     counts: Counter = Counter()
     splits: dict[str, Counter] = {}
+    places = ClassPlaces()
     for member in iter_members(path, skipped=skipped, limits=limits, read_data=False,
                                inflate=inflate, recorder=recorder, tee=tee):
         counts[member.label] += 1
+        places.add(member.label, member.name)
         split = split_folder(member.name)
         if split is not None:
             splits.setdefault(split, Counter())[member.label] += 1
@@ -356,7 +450,8 @@ def _scan(path: str, limits: Limits, inflate: str, write_sidecar: bool,
     payload = {"format": _FORMAT, "archive": stamp, "classes": dict(sorted(counts.items())),
                "splits": {split: dict(sorted(classes.items()))
                           for split, classes in sorted(splits.items())},
-               "skipped": dict(sorted(skipped.items())), "regions": regions}
+               "skipped": dict(sorted(skipped.items())), "shared": places.shared(),
+               "nested": places.nested(), "regions": regions}
     if write_sidecar:
         _try_write_sidecar(path, payload)
     return payload

@@ -222,8 +222,8 @@ def ids(images) -> list[int]:
 
 
 def read_members(path) -> dict:
-    """{member name: bytes} of a .tgz, in archive order."""
-    with tarfile.open(path, "r:gz") as tar:
+    """{member name: bytes} of a .tgz or .tar, in archive order."""
+    with tarfile.open(path, "r:*") as tar:
         return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
 
 

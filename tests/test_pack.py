@@ -1,6 +1,8 @@
 """pack.py: a folder of labeled images -> reproducible archives the loader reads."""
 import io
 import logging
+import shutil
+import subprocess
 import sys
 import tarfile
 import zipfile
@@ -13,6 +15,7 @@ from PIL import Image
 from imageloader import ImageLoader, Options
 from imageloader.pack import pack, reproducible_tarinfo
 from conftest import gzip_header_mtime, read_members, write_archive
+from test_readme import DATASETS, commands
 
 
 def write_png(path, value):
@@ -502,6 +505,56 @@ def test_a_split_given_by_a_list_takes_only_the_images_it_names(tmp_path):
     with pytest.raises(ValueError, match=r"line 'apple_pie/1005649' of .*bad.txt names "
                                          r"apple_pie/1005649.jpg and apple_pie/1005649.png"):
         pack(tmp_path / "two.tar", tmp_path / "two.tgz", only=bad_list)
+
+
+def test_classes_named_by_all_their_folders_as_docs_datasets_packs_sun397_and_places365(
+        tmp_path):
+    """docs/datasets.md's recipes on miniatures: SUN397 (some classes one folder deeper:
+    a/apartment_building/outdoor beside a/abbey; a split listed as /a/abbey/<file> paths) and
+    Places365 (the same folders; validation classes as numbers, named by its categories file
+    through the recipe's awk line, run as the page gives it)."""
+    png = io.BytesIO()
+    Image.new("L", (4, 4), 6).save(png, "PNG")
+    folders = ("a/abbey", "a/apartment_building/outdoor", "c/church/outdoor")
+    sun = tmp_path / "SUN397.tar.gz"
+    write_archive(sun, [(f"SUN397/{folder}/sun_{n}.jpg", png.getvalue())
+                        for folder in folders for n in range(2)] +
+                  [("SUN397/ClassName.txt", b"/a/abbey\n")])
+    partition = tmp_path / "Training_01.txt"
+    partition.write_text("".join(f"/{folder}/sun_0.jpg\n" for folder in folders))
+    train = pack(sun, tmp_path / "train.tar", folder="SUN397", prefix="train",
+                 class_folder="path", only=partition)[0]
+    assert list(read_members(train)) == [
+        "train/a-abbey/sun_0.jpg", "train/a-apartment_building-outdoor/sun_0.jpg",
+        "train/c-church-outdoor/sun_0.jpg"]
+    (tmp_path / "categories_places365.txt").write_text(
+        "".join(f"/{folder} {k}\n" for k, folder in enumerate(folders)))
+    (tmp_path / "places365_val.txt").write_text("Places365_val_00000001.jpg 2\n"
+                                                "Places365_val_00000002.jpg 0\n")
+    awk = next(argv for argv in commands("awk", DATASETS))
+    if shutil.which("awk") is None:
+        pytest.skip("no awk on this machine")
+    with open(tmp_path / awk[-1], "w") as out:
+        subprocess.run(awk[:-2], cwd=tmp_path, stdout=out, check=True)
+    write_archive(tmp_path / "val_256.tar", [(f"val_256/Places365_val_0000000{n}.jpg",
+                                              png.getvalue()) for n in (1, 2)], compress=False)
+    val = pack(tmp_path / "val_256.tar", tmp_path / "val.tar", folder="val_256", prefix="val",
+               labels=tmp_path / awk[-1])[0]
+    assert list(read_members(val)) == ["val/a-abbey/Places365_val_00000002.jpg",
+                                       "val/c-church-outdoor/Places365_val_00000001.jpg"]
+
+
+def test_folders_that_would_join_to_one_class_name_are_refused(tmp_path):
+    png = io.BytesIO()
+    Image.new("L", (4, 4), 6).save(png, "PNG")
+    path = write_archive(tmp_path / "a.tgz", [("a-b/c/1.png", png.getvalue()),
+                                              ("a/b-c/2.png", png.getvalue())])
+    with pytest.raises(ValueError, match=r"folders a-b/c and a/b-c would both be class "
+                                         r"'a-b-c'; rename one"):
+        pack(path, tmp_path / "out.tgz", class_folder="path")
+    with pytest.raises(ValueError, match=r"one of labels, class_folder='path' and "
+                                         r"class_pattern, not several"):
+        pack(path, tmp_path / "out.tgz", class_folder="path", class_pattern="(.)")
 
 
 def test_more_shards_than_images_is_refused(class_folder, tmp_path):

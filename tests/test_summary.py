@@ -65,3 +65,21 @@ def test_skips_a_repack_would_read_name_the_command(tmp_path, capsys):
             f"imageloader pack {path} OUT.tgz --prefix train)") in out
     assert f"skipped 1 x no_class_folder (python -m imageloader pack {path} OUT.tgz --labels " \
            f"FILE puts them in class folders" in out
+
+
+def test_a_class_name_of_folders_in_several_places_is_pointed_out(tmp_path, capsys):
+    files = [(f"SUN397/{folder}/outdoor/{i}.jpg", b"x") for folder in ("a/apartment", "c/church")
+             for i in range(2)] + [("SUN397/a/abbey/0.jpg", b"x")]
+    path = write_archive(tmp_path / "sun.tgz", files)
+    assert summary.summarize(path)["shared"] == {"outdoor": ["SUN397/a/apartment",
+                                                             "SUN397/c/church"]}
+    code, out = run(capsys, path)
+    assert code == 0 and "5 images in 2 classes" in out
+    assert "'outdoor': 2 folders (SUN397/a/apartment/outdoor, SUN397/c/church/outdoor)" in out
+    assert "--class-folder path" in out and summary.summarize(path)["nested"] == {}
+    nested = write_archive(tmp_path / "nested.tgz", [("t/cat/0.jpg", b"x"),
+                                                     ("t/cat/extra/1.jpg", b"x")])
+    assert summary.summarize(nested)["nested"] == {"extra": "t/cat"}
+    assert "t/cat/extra is class 'extra', not 'cat'" in run(capsys, nested)[1]
+    assert summary.summarize(write_archive(tmp_path / "one.tgz", labeled_files(2, 3)))[
+        "shared"] == {}

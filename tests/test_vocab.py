@@ -5,6 +5,7 @@ import gzip
 import io
 import json
 import os
+import re
 import tarfile
 import warnings
 from pathlib import Path
@@ -16,7 +17,8 @@ from conftest import (add_file, assert_labels_match_pixels, class_level, labeled
                       write_archive)
 from imageloader import ImageLoader, Options
 from imageloader.errors import ArchiveError, UnknownLabelError
-from imageloader.vocab import Vocabulary, as_vocabulary, sidecar_path
+from imageloader.vocab import (ClassPlaces, Vocabulary, as_vocabulary, shared_names_message,
+                               sidecar_path)
 
 
 def test_sorted_and_independent_of_archive_order(tmp_path):
@@ -130,6 +132,71 @@ def test_one_class_is_a_warning_naming_the_archive_and_class(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Vocabulary.from_archives(write_archive(tmp_path / "two.tgz", labeled_files(2, 1)))
+
+
+def test_a_class_name_of_folders_in_several_places_is_a_warning_naming_them(tmp_path):
+    """SUN397's a/apartment_building/outdoor and c/church/outdoor: the parent-folder rule reads
+    them as one class "outdoor"; the loader says so (from the sidecar too), naming the folders
+    and the pack command that keeps them apart. Split folders are not places: train/c00 and
+    val/c00 are one class in two splits."""
+    folders = ["a/abbey", "a/apartment_building/outdoor", "c/church/outdoor", "c/church/indoor"]
+    files = [(f"SUN397/{folder}/{i}.jpg", solid(class_level(k)))
+             for k, folder in enumerate(folders) for i in range(2)]
+    path = write_archive(tmp_path / "sun.tgz", files)
+    expected = (r"sun.tgz: 1 class name stands for folders in several places, .*'outdoor': "
+                r"2 folders \(SUN397/a/apartment_building/outdoor, SUN397/c/church/outdoor\)"
+                r".* pack .*sun.tgz OUT.tgz --folder F --class-folder path")
+    with pytest.warns(UserWarning, match=expected):
+        vocab = Vocabulary.from_archives(path)
+    assert vocab.classes == ("abbey", "indoor", "outdoor") and vocab.counts["outdoor"] == 4
+    with pytest.warns(UserWarning, match=expected):  # each loader, from the sidecar
+        ImageLoader(path, batch_size=2, device="cpu", workers=0).close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        splits = write_archive(tmp_path / "splits.tgz", split_files(["train", "val"]))
+        Vocabulary.from_archives(splits, split=("train", "val"))
+
+
+def test_a_class_folder_inside_another_class_is_a_warning_naming_both(tmp_path):
+    """train/cat/extra/x.jpg beside train/cat/y.jpg: the parent-folder rule makes "extra" a
+    class of its own; the loader says so (from the sidecar too) and how to pack the images
+    as cat's. The split folder is not a class: train/cat is not inside a class "train"."""
+    files = [("train/cat/0.jpg", solid(class_level(0))), ("train/cat/extra/1.jpg",
+                                                          solid(class_level(1))),
+             ("train/dog/2.jpg", solid(class_level(2))), ("train/dog/dog/3.jpg",
+                                                          solid(class_level(2)))]
+    path = write_archive(tmp_path / "pets.tgz", files)
+    expected = (r"pets.tgz: 1 class folder lies inside another class's folder, its images "
+                r"read as its own class .*: cat/extra is class 'extra', not 'cat'\. .*pack "
+                r".*pets.tgz OUT.tgz --folder F --class-folder top")
+    with pytest.warns(UserWarning) as caught:
+        vocab = Vocabulary.from_archives(path)
+    assert vocab.classes == ("cat", "dog", "extra")
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 2 and re.search(expected, messages[1])  # dog/dog: shared only
+    assert "'dog': 2 folders (dog, dog/dog)" in messages[0]
+    with pytest.warns(UserWarning) as caught:  # each loader, from the sidecar
+        ImageLoader(path, batch_size=2, device="cpu", workers=0).close()
+    assert [str(w.message) for w in caught] == messages
+
+
+def test_shared_names_show_three_and_count_their_folders_up_to_a_bound():
+    shared = ClassPlaces()
+    for place in range(ClassPlaces.KEPT + 50):
+        shared.add("outdoor", f"d/{place:03d}/outdoor/x.jpg")
+    for name in ("indoor", "exterior", "interior"):
+        shared.add(name, f"a/{name}/1.jpg")
+        shared.add(name, f"b/{name}/1.jpg")
+    shared.add("abbey", "a/abbey/1.jpg")
+    shared.add("abbey", "a/abbey/2.jpg")
+    found = shared.shared()
+    assert list(found) == ["exterior", "indoor", "interior", "outdoor"]
+    assert found["indoor"] == ["a", "b"] and len(found["outdoor"]) == ClassPlaces.KEPT
+    message = shared_names_message("x.tgz", found)
+    assert message.startswith("x.tgz: 4 class names stand for folders in several places")
+    assert "'exterior': 2 folders (a/exterior, b/exterior)" in message
+    assert "'outdoor'" not in message and "(a/interior, b/interior); 1 more. Right" in message
+    assert "100+" in shared_names_message("x.tgz", {"outdoor": found["outdoor"]})
 
 
 def split_files(splits, root="imagenette2"):
@@ -305,7 +372,8 @@ def test_split_folders_with_a_year_or_number_are_splits_too(tmp_path):
     with pytest.raises(ValueError, match="the only class found is 'val-1', a split folder"):
         Vocabulary.from_archives(alone)
     trainer = write_archive(tmp_path / "trainer.tgz", split_files(["trainer", "val"], "x"))
-    assert Vocabulary.from_archives(trainer).classes == ("c00", "c01")  # one split: val
+    with pytest.warns(UserWarning, match=r"'c00': 2 folders \(x/c00, x/trainer/c00\)"):
+        assert Vocabulary.from_archives(trainer).classes == ("c00", "c01")  # one split: val
 
 
 def test_split_folders_named_with_a_companion_word_are_splits_too(tmp_path):
@@ -330,8 +398,9 @@ def test_split_folders_named_with_a_companion_word_are_splits_too(tmp_path):
         mixed = write_archive(tmp_path / f"{folders[0]}.tgz",
                               [(f"{f}/c{k}/{i}.jpg", solid(k)) for f in folders for k in range(2)
                                for i in range(2)])
-        if folders[0] == "data":
-            assert Vocabulary.from_archives(mixed).images == 8  # no split: one set
+        if folders[0] == "data":  # no split: one set, each class in two places
+            with pytest.warns(UserWarning, match=r"'c0': 2 folders \(data/c0, images/c0\)"):
+                assert Vocabulary.from_archives(mixed).images == 8
         else:
             with pytest.raises(ValueError, match=r"2 splits found \(images_train: .*valset: "):
                 Vocabulary.from_archives(mixed)
