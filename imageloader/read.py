@@ -18,6 +18,7 @@ import itertools
 import os
 import re
 import tarfile
+import unicodedata
 from collections import Counter
 from typing import BinaryIO, Iterable, Iterator, NamedTuple, Union
 
@@ -474,7 +475,14 @@ def classify(header: _Header, limits: Limits) -> tuple[str | None, str | None, s
                       else "not_image"), name
     if len(parts) < 2:
         return None, "no_class_folder", name
-    return parts[-2], None, name
+    return class_name(parts[-2]), None, name
+
+
+def class_name(folder: str) -> str:
+    """A class folder's name in Unicode's composed form (NFC): macOS writes names decomposed
+    (NFD), so "crème" from a Mac and from Linux look alike and differ as strings; one class,
+    not two, and the same target in a train and a val archive made on different systems."""
+    return unicodedata.normalize("NFC", folder)
 
 
 def split_folder(name: str) -> str | None:

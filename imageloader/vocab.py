@@ -26,23 +26,24 @@ from . import remote
 from .errors import (LAYOUT, PACK_HINT, REPACK_HINTS, ArchiveError, Limits, check_split,
                      counted, is_split_name, two_splits_message)
 from .index import file_stamp, index_is_stale, recorder_for, regions_from
-from .read import (IMAGE_EXTENSIONS, Region, Source, class_place, expand_sources,
+from .read import (IMAGE_EXTENSIONS, Region, Source, class_name, class_place, expand_sources,
                    has_image_extension, iter_members, source_name, split_folder, split_names)
 
 log = logging.getLogger(__name__)
 SIDECAR_SUFFIX = ".classes.json"
-_FORMAT = "imageloader.classes/9"  # 2: with regions (index.py); 3: with splits; 4: their
+_FORMAT = "imageloader.classes/10"  # 2: with regions (index.py); 3: with splits; 4: their
 # classes, and each region's images of each split; 5: splits named in lower case; 6: split
 # names with a number after them (train2017); 7: and with a companion word (training_set);
 # 8: members that are archives counted as "archive", not "not_image"; 9: class names found
-# in several places and inside others (ClassPlaces)
+# in several places and inside others (ClassPlaces); 10: class names composed
+# (read.class_name)
 
 
 class Vocabulary:
     """Class names <-> integer targets. `Vocabulary(["dog", "cat"])[ "cat"] == 0`."""
 
     def __init__(self, classes: Iterable[str], counts: Mapping[str, int] | None = None):
-        self.classes: tuple[str, ...] = tuple(sorted(set(classes)))
+        self.classes: tuple[str, ...] = tuple(sorted({class_name(c) for c in classes}))
         if not self.classes:
             raise ValueError("a vocabulary needs at least one class")
         self.index: dict[str, int] = {name: i for i, name in enumerate(self.classes)}
@@ -388,7 +389,7 @@ def as_vocabulary(vocab) -> Vocabulary | None:
     if isinstance(vocab, (str, os.PathLike)):
         return Vocabulary.load(vocab)
     if isinstance(vocab, Mapping):
-        expected = sorted(vocab, key=vocab.__getitem__)
+        expected = [class_name(name) for name in sorted(vocab, key=vocab.__getitem__)]
         made = Vocabulary(vocab)
         if list(made.classes) != expected or sorted(vocab.values()) != list(range(len(vocab))):
             raise ValueError("a vocab dict must map the sorted class names to 0..K-1")

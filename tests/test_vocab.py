@@ -447,3 +447,27 @@ def test_latin1_class_folders_agree_in_scan_sidecar_and_reading(tmp_path, worker
         images, labels = next(iter(val))
         assert labels.tolist() == [0, 1, 0]
         assert_labels_match_pixels(images, labels)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_decomposed_class_names_from_a_mac_are_the_composed_class(tmp_path, workers):
+    """macOS writes names decomposed (NFD): "crème" from a Mac and from Linux differ as
+    strings and look alike. One class in an archive holding both, and a val archive made on
+    a Mac gets the train archive's targets (unknown labels would raise)."""
+    import unicodedata
+    composed = "cr\xe8me br\xfbl\xe9e"
+    decomposed = unicodedata.normalize("NFD", composed)
+    assert decomposed != composed
+    files = [(f"train/{name}/{i}.jpg", solid(class_level(0))) for i, name in
+             enumerate([composed, decomposed, composed])] + [("train/pie/0.jpg", solid(
+                 class_level(1)))]
+    kw = dict(batch_size=8, size=8, device="cpu", normalize=False, workers=workers, train=False)
+    with ImageLoader(write_archive(tmp_path / "train.tgz", files), **kw) as train:
+        assert train.vocab.classes == (composed, "pie") and train.vocab.counts[composed] == 3
+        images, labels = next(iter(train))
+        assert labels.tolist() == [0, 0, 0, 1]
+        assert_labels_match_pixels(images, labels)
+    mac = write_archive(tmp_path / "val.tgz", [(f"val/{decomposed}/0.jpg", solid(class_level(0)))])
+    with ImageLoader(mac, vocab=list(train.vocab.classes), **kw) as val:
+        assert next(iter(val))[1].tolist() == [0]
+    assert Vocabulary([decomposed, "pie"]).classes == (composed, "pie")
