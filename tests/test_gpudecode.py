@@ -951,10 +951,10 @@ def test_cuda_decode_train_labels_pixels_and_fallbacks(tmp_path, monkeypatch, sw
         monkeypatch.setenv(GPU_PROGRESSIVE, switch)
     progressive_to_gpu = switch == "1"
     files = labeled_files(4, 6)
-    files += [("t/c01/cmyk.jpg", cmyk_jpeg(class_level(1))),
-              ("t/c02/prog.jpg", progressive_jpeg(class_level(2))),
-              ("t/c03/rot.jpg", rotated_jpeg(class_level(3))),
-              ("t/c00/png.png", solid(class_level(0), fmt="PNG"))]
+    files += [("train/c01/cmyk.jpg", cmyk_jpeg(class_level(1))),
+              ("train/c02/prog.jpg", progressive_jpeg(class_level(2))),
+              ("train/c03/rot.jpg", rotated_jpeg(class_level(3))),
+              ("train/c00/png.png", solid(class_level(0), fmt="PNG"))]
     path = write_archive(tmp_path / "a.tgz", files)
     with cuda_loader(path, "cuda") as loader:
         pairs = [(x.cpu(), y.cpu()) for x, y in loader]
@@ -981,7 +981,7 @@ def camera_archive(tmp_path) -> tuple[str, int]:
     for k in range(3):
         main = Image.new("RGB", (96 + 8 * k, 64), (class_level(k),) * 3)
         other = Image.new("RGB", (48, 32), (class_level(k + 4),) * 3)
-        files += [(f"t/c{k:02d}/{kind}{i}.jpg", camera_jpeg(kind, main, other))
+        files += [(f"train/c{k:02d}/{kind}{i}.jpg", camera_jpeg(kind, main, other))
                   for kind in camera_kinds_here() for i in range(2)]
     return write_archive(tmp_path / "camera.tgz", files), len(files)
 
@@ -1010,7 +1010,7 @@ def test_camera_jpegs_decode_to_their_main_frame_on_the_cpu(tmp_path):
 def coded_archive(tmp_path) -> str:
     """libjpeg-turbo's photo Huffman-coded and arithmetic-coded (tests/data), in two classes,
     with plain JPEGs."""
-    coded = [(f"t/c0{k}/{name}.jpg", DATA.joinpath(f"{name}.jpg").read_bytes())
+    coded = [(f"train/c0{k}/{name}.jpg", DATA.joinpath(f"{name}.jpg").read_bytes())
              for k, name in enumerate(("huffman", "arithmetic"))]
     files = labeled_files(2, 3) + coded
     return write_archive(tmp_path / "coded.tgz", files)
@@ -1058,7 +1058,7 @@ RGB_COLOUR = (200, 40, 90)
 
 def rgb_coded_batch(tmp_path, decode: str) -> torch.Tensor:
     """An RGB-coded JPEG of RGB_COLOUR after 6 plain ones, through a loader: the batch."""
-    files = labeled_files(2, 3) + [("t/c00/rgb.jpg", rgb_coded_jpeg(
+    files = labeled_files(2, 3) + [("train/c00/rgb.jpg", rgb_coded_jpeg(
         Image.new("RGB", (64, 48), RGB_COLOUR)))]
     path = write_archive(tmp_path / f"rgb-{decode}.tgz", files)
     images, _, fallbacks = evaluation_batch(path, decode, 32)
@@ -1086,8 +1086,8 @@ def cut_archive(tmp_path) -> str:
     bytes), headers whole: what the packers' screen passed to the GPU before it looked for
     the end marker."""
     whole = noisy_jpeg(class_level(1), 7, (64, 80))
-    cut = [("t/c01/cut90.jpg", whole[: len(whole) * 9 // 10]),
-           ("t/c00/cut60.jpg", whole[: len(whole) * 6 // 10])]
+    cut = [("train/c01/cut90.jpg", whole[: len(whole) * 9 // 10]),
+           ("train/c00/cut60.jpg", whole[: len(whole) * 6 // 10])]
     assert all(gpu_screen(data, "RGB", Limits())[0] == "no_end_marker" for _, data in cut)
     return write_archive(tmp_path / "cut.tgz", labeled_files(2, 3) + cut)
 
@@ -1728,7 +1728,7 @@ def test_drop_last_batches_stay_full_when_an_image_fails_both_decoders(tmp_path,
     bad = bogus_huffman_jpeg(photo(7, (64, 48)))
     assert gpu_screen(bad, "RGB", Limits())[0] is None
     files = labeled_files(3, 7)
-    files = files[:5] + [("t/c01/bad.jpg", bad)] + files[5:]
+    files = files[:5] + [("train/c01/bad.jpg", bad)] + files[5:]
     path = write_archive(tmp_path / "a.tgz", files)
     def refusing(decode):
         def decode_all_but_the_bad_one(datas, **kw):
@@ -1756,7 +1756,7 @@ def test_drop_last_batches_stay_full_when_an_image_fails_both_decoders(tmp_path,
                 batches = [(x.cpu(), y.cpu()) for x, y in loader]
             assert [len(y) for _, y in batches] == [8, 8]
             labels = torch.cat([y for _, y in batches])
-            good = [int(name.split("/")[1][1:]) for name, _ in files if name != "t/c01/bad.jpg"]
+            good = [int(name.split("/")[1][1:]) for name, _ in files if name != "train/c01/bad.jpg"]
             assert labels.tolist() == good[:16]
             assert_labels_match_pixels(torch.cat([x for x, _ in batches]), labels, tolerance=8)
             assert sum(loader.stats.skipped.values()) == 1

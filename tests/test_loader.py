@@ -95,8 +95,8 @@ def test_grayscale_mode(labeled_archive):
 
 
 def test_skipped_images_are_counted_replaced_and_warned(tmp_path):
-    files = labeled_files(2, 5) + [("t/c00/bad1.jpg", b"not a jpeg at all"),
-                                   ("t/c01/bad2.jpg", solid(1)[:100]), ("t/c01/x.txt", b"x")]
+    files = labeled_files(2, 5) + [("train/c00/bad1.jpg", b"not a jpeg at all"),
+                                   ("train/c01/bad2.jpg", solid(1)[:100]), ("train/c01/x.txt", b"x")]
     path = write_archive(tmp_path / "a.tgz", files)
     for workers in (0, 2):
         with raw_loader(path, batch_size=4, workers=workers) as loader:
@@ -108,7 +108,7 @@ def test_skipped_images_are_counted_replaced_and_warned(tmp_path):
 
 
 def test_one_skipped_member_is_one_member(tmp_path):
-    path = write_archive(tmp_path / "a.tgz", labeled_files(2, 2) + [("t/c00/n.txt", b"x")])
+    path = write_archive(tmp_path / "a.tgz", labeled_files(2, 2) + [("train/c00/n.txt", b"x")])
     with raw_loader(path, batch_size=4, workers=0) as loader:
         with pytest.warns(UserWarning, match=r"epoch 0: skipped 1 member of .*a.tgz: "
                                              r"\{'not_image': 1\}"):
@@ -116,11 +116,11 @@ def test_one_skipped_member_is_one_member(tmp_path):
 
 
 def test_on_error_raise_names_member(tmp_path):
-    path = write_archive(tmp_path / "a.tgz", labeled_files(2, 2) + [("t/c00/z.jpg", b"junk")])
+    path = write_archive(tmp_path / "a.tgz", labeled_files(2, 2) + [("train/c00/z.jpg", b"junk")])
     for workers in (0, 1):
         loader = raw_loader(path, batch_size=8, workers=workers,
                             options=Options(on_error="raise"))
-        with loader, pytest.raises(ValueError, match="t/c00/z.jpg"):
+        with loader, pytest.raises(ValueError, match="train/c00/z.jpg"):
             list(loader)
 
 
@@ -243,7 +243,7 @@ def test_repr_and_invalid_arguments(labeled_archive):
 
 
 def test_stats_of_an_epoch_cut_short_are_its_own(tmp_path):
-    files = labeled_files(2, 12) + [("t/c00/bad.jpg", b"junk")]
+    files = labeled_files(2, 12) + [("train/c00/bad.jpg", b"junk")]
     path = write_archive(tmp_path / "a.tgz", files)
     with raw_loader(path, batch_size=4, workers=1, train=False) as loader:
         with pytest.warns(UserWarning):
@@ -291,7 +291,7 @@ def test_member_bytes_through_pipes_tiny_rings_or_default_rings(tmp_path, ring_b
     """Bytes reach workers through a shared ring; members too large for it travel inline,
     and a ring smaller than a batch makes the reader wait for the worker, not corrupt it."""
     monkeypatch.setattr(loader_module, "RING_BYTES", ring_bytes)
-    files = labeled_files(3, 8, size=(30, 20)) + [("t/c00/big.png", photo(1, (120, 90), "PNG"))]
+    files = labeled_files(3, 8, size=(30, 20)) + [("train/c00/big.png", photo(1, (120, 90), "PNG"))]
     path = write_archive(tmp_path / "a.tgz", files)
     vocab = ["c00", "c01", "c02"]
     with raw_loader(path, batch_size=5, workers=2, vocab=vocab,
@@ -308,8 +308,8 @@ def test_readers_split_one_archive_by_image(tmp_path, readers):
     """Several readers walk the same archive and keep every R-th image: every image once per
     epoch with its label, member-level skips counted once (not once per reader), and the
     same batches again for the same seed and worker count."""
-    files = labeled_files(3, 11, size=(30, 20)) + [("t/c01/notes.txt", b"x"),
-                                                     ("t/c02/bad.jpg", b"not a jpeg")]
+    files = labeled_files(3, 11, size=(30, 20)) + [("train/c01/notes.txt", b"x"),
+                                                     ("train/c02/bad.jpg", b"not a jpeg")]
     path = write_archive(tmp_path / "a.tgz", files)
     runs = []
     for _ in range(2):

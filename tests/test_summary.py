@@ -10,28 +10,28 @@ def run(capsys, *argv):
 
 
 def test_counts_classes_and_lists_bad_members(tmp_path, capsys):
-    files = labeled_files(2, 3) + [("t/c00/broken.jpg", b"nope"), ("t/c01/n.txt", b"x")]
+    files = labeled_files(2, 3) + [("train/c00/broken.jpg", b"nope"), ("train/c01/n.txt", b"x")]
     path = write_archive(tmp_path / "a.tgz", files)
     code, out = run(capsys, path, "--decode")
     assert code == 0
     # The undecodable member is skipped, and not also one of the images.
     assert "6 images in 2 classes" in out
     assert "skipped 1 x undecodable" in out and "skipped 1 x not_image" in out
-    assert "bad member 't/c00/broken.jpg': undecodable" in out
+    assert "bad member 'train/c00/broken.jpg': undecodable" in out
 
 
 def test_without_decode_every_image_member_counts(tmp_path, capsys):
-    files = labeled_files(2, 3) + [("t/c00/broken.jpg", b"nope")]
+    files = labeled_files(2, 3) + [("train/c00/broken.jpg", b"nope")]
     code, out = run(capsys, write_archive(tmp_path / "a.tgz", files))
     assert code == 0 and "7 images in 2 classes" in out and "undecodable" not in out
 
 
 def test_json_counts_each_member_once(tmp_path):
-    files = labeled_files(2, 3) + [("t/c00/broken.jpg", b"nope")]
+    files = labeled_files(2, 3) + [("train/c00/broken.jpg", b"nope")]
     result = summary.summarize(write_archive(tmp_path / "a.tgz", files), decode=True)
     assert result["classes"] == {"c00": 3, "c01": 3} and result["images"] == 6
     assert result["skipped"] == {"undecodable": 1}
-    assert result["bad_members"] == [("t/c00/broken.jpg", "undecodable")]
+    assert result["bad_members"] == [("train/c00/broken.jpg", "undecodable")]
 
 
 def test_a_corrupt_archive_is_an_error(tmp_path, capsys):
