@@ -25,16 +25,14 @@ log = logging.getLogger(__name__)
 def member_paths(src, relative_paths: list[str], labels, class_folder: str,
                  class_pattern: str | None = None) -> dict[str, str]:
     """{path under src: path in the archive, below the prefix}: as it is, or <class>/<file>
-    with the class from a labels file, from the file's name or from the folder right under
-    src."""
+    with the class from a labels file, from the file's name, from the folder right under
+    src or from all its folders."""
     if labels is not None:
         return labelled_paths(src, relative_paths, labels)
     if class_pattern is not None:
         return named_paths(src, relative_paths, class_pattern)
     if class_folder == "top":
-        targets, _ = _in_class_folders(relative_paths, lambda path, name: path.split("/")[0])
-        _refuse_one_name_twice(src, targets)
-        return targets
+        return _in_class_folders(src, relative_paths, lambda path, name: path.split("/")[0])
     if class_folder == "path":
         return path_named(src, relative_paths)
     return {path: path for path in relative_paths}
@@ -61,9 +59,7 @@ def path_named(src, relative_paths: list[str]) -> dict[str, str]:
                              f"class {label!r}; rename one")
         return label
 
-    targets, _ = _in_class_folders(relative_paths, class_of)  # image_files: all in folders
-    _refuse_one_name_twice(src, targets)
-    return targets
+    return _in_class_folders(src, relative_paths, class_of)  # image_files: all in folders
 
 
 def listed_paths(src, relative_paths: list[str], only: str | os.PathLike) -> list[str]:
@@ -99,13 +95,9 @@ def named_paths(src, relative_paths: list[str], pattern: str) -> dict[str, str]:
         label = match and (match.group(1) if found.groups else match.group(0))
         return None if not label or "/" in label or label in (".", "..") else label
 
-    targets, unmatched = _in_class_folders(relative_paths, class_of)
-    if unmatched:
-        raise ValueError(f"pack {src}: {len(unmatched)} of {len(relative_paths)} images' names "
-                         f"give no class by {pattern!r} (e.g. {unmatched[0]}); each image "
-                         f"needs its class")
-    _refuse_one_name_twice(src, targets)
-    return targets
+    return _in_class_folders(src, relative_paths, class_of, lambda unmatched: (
+        f"pack {src}: {len(unmatched)} of {len(relative_paths)} images' names give no class "
+        f"by {pattern!r} (e.g. {unmatched[0]}); each image needs its class"))
 
 
 def labelled_paths(src: str | os.PathLike, relative_paths: list[str],
@@ -123,12 +115,10 @@ def labelled_paths(src: str | os.PathLike, relative_paths: list[str],
         used.add(key)
         return rows[key]
 
-    targets, missing = _in_class_folders(relative_paths, class_of)
-    if missing:
-        raise ValueError(f"pack {src}: {len(missing)} of {len(relative_paths)} images "
-                         f"{'has' if len(missing) == 1 else 'have'} no "
-                         f"row in {labels} (e.g. {missing[0]}); each image needs its class")
-    _refuse_one_name_twice(src, targets)
+    targets = _in_class_folders(src, relative_paths, class_of, lambda missing: (
+        f"pack {src}: {len(missing)} of {len(relative_paths)} images "
+        f"{'has' if len(missing) == 1 else 'have'} no row in {labels} (e.g. {missing[0]}); "
+        f"each image needs its class"))
     unused = [key for key in rows if key not in used]
     if unused and unused[0] == next(iter(rows)):
         unused = unused[1:]  # a first row that names no image is a header (id,breed)
@@ -138,9 +128,11 @@ def labelled_paths(src: str | os.PathLike, relative_paths: list[str],
     return targets
 
 
-def _in_class_folders(relative_paths: list[str], class_of) -> tuple[dict[str, str], list[str]]:
-    """({path: <class>/<its file name>} for each path that class_of(path, file name) gives a
-    class, [the paths it gives none])."""
+def _in_class_folders(src, relative_paths: list[str], class_of,
+                      unplaced=None) -> dict[str, str]:
+    """{path: <class>/<its file name>}, the class from class_of(path, file name), for every
+    rule. Paths it gives no class are refused, unplaced(those paths) saying why (a rule that
+    always gives one passes none); then two images that would get one path."""
     targets, missing = {}, []
     for path in relative_paths:
         name = path.rsplit("/", 1)[-1]
@@ -149,7 +141,11 @@ def _in_class_folders(relative_paths: list[str], class_of) -> tuple[dict[str, st
             missing.append(path)
         else:
             targets[path] = f"{label}/{name}"
-    return targets, missing
+    if missing:
+        raise ValueError(unplaced(missing) if unplaced else
+                         f"pack {src}: {len(missing)} images get no class (e.g. {missing[0]})")
+    _refuse_one_name_twice(src, targets)
+    return targets
 
 
 def _refuse_one_name_twice(src, targets: dict[str, str]) -> None:
