@@ -56,7 +56,8 @@ from typing import BinaryIO, Iterable
 
 from .errors import counted
 from .labels import listed_paths, member_paths
-from .read import IMAGE_EXTENSIONS, available_inflaters, has_image_extension, open_stream
+from .read import (IMAGE_EXTENSIONS, available_inflaters, has_image_extension, is_gzip,
+                   open_stream)
 
 log = logging.getLogger(__name__)
 CLASS_FOLDERS = ("parent", "top", "path")  # labels.member_paths
@@ -101,21 +102,24 @@ def is_tar(src: str | os.PathLike) -> bool:
     return os.path.isfile(src) and not is_zip(src) and tarfile.is_tarfile(src)
 
 
-def _is_compressed(path: str | os.PathLike) -> bool:
+# Compressed tars other than gzip (read.open_stream's), by their first three bytes
+_OTHER_INFLATERS = {b"BZh": bz2.open, b"\xfd7z": lzma.open}
+
+
+def _other_inflater(path: str | os.PathLike):
     with open(path, "rb") as f:
-        return f.read(3).startswith((b"\x1f\x8b", b"BZh", b"\xfd7z"))
+        return _OTHER_INFLATERS.get(f.read(3))
+
+
+def _is_compressed(path: str | os.PathLike) -> bool:
+    return is_gzip(os.fspath(path)) or _other_inflater(path) is not None
 
 
 def _tar_bytes(path: str | os.PathLike) -> BinaryIO:
     """A tar's bytes, plain or inflated, seekable: rapidgzip (where installed) seeks back in a
     .tgz cheaply, the others by inflating again from the start."""
-    with open(path, "rb") as f:
-        head = f.read(3)
-    if head.startswith(b"BZh"):
-        return bz2.open(path, "rb")
-    if head == b"\xfd7z":
-        return lzma.open(path, "rb")
-    return open_stream(path)
+    inflater = _other_inflater(path)
+    return inflater(path, "rb") if inflater else open_stream(path)
 
 
 def list_files(src: str | os.PathLike) -> list[str]:
@@ -306,8 +310,8 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
     ImageNet's train/<class>/images/<file>), written as <class>/<file>; `"path"`: all of
     an image's folders below src, joined by "-" (SUN397's a/church/outdoor/<file> ->
     a-church-outdoor/<file>). `class_pattern`: a regular expression whose first group (or
-    match) in an image's file name is its class (Kaggle's cat.0.jpg: "^(cat|dog)[.]"). `only`: a file listing the images to take, one
-    path a line (Food-101's meta/train.txt). `folder`: only what lies under this folder of
+    match) in an image's file name is its class (Kaggle's cat.0.jpg: "^(cat|dog)[.]").
+    `only`: a file listing the images to take, one path a line (Food-101's meta/train.txt). `folder`: only what lies under this folder of
     src (a zip's or tar's too), as if it were src. `jobs`: shards written at once, in as
     many processes (default: one a core)."""
     _check_choices(shards, labels, class_folder, class_pattern)

@@ -622,11 +622,13 @@ def _open_source(source, inflate: str, threads: int | None, opened: dict | None)
 
 
 def _archive_error(archive, error, state, source) -> ArchiveError:
-    return ArchiveError(archive, _describe(error, _is_gzip(source)), member=state["name"],
+    return ArchiveError(archive, _describe(error, is_gzip(source)), member=state["name"],
                         index=max(state["index"], 0))
 
 
-def _is_gzip(source) -> bool:
+def is_gzip(source) -> bool:
+    """Whether an archive (a path, a URL or a region) is gzip-compressed, by its first bytes;
+    False for a stream or a file that cannot be read (its reader says why)."""
     if isinstance(source, Region):
         return source.index is not None
     return _first_bytes(source, 2) == _GZIP_MAGIC
@@ -772,7 +774,7 @@ def _check_trailer(blocks, archive, state) -> None:
 def _looks_inflated_empty(error, archive: str) -> bool:
     # rapidgzip hands back no bytes at all for some truncated gzip files: tarfile then says
     # "empty file", which must not read as "this is not an archive".
-    return "empty file" in str(error) and _is_gzip(archive)
+    return "empty file" in str(error) and is_gzip(archive)
 
 
 def _describe(error: BaseException, gzip_file: bool = False) -> str:
