@@ -144,8 +144,7 @@ class JpegPacker:
     anything else here on the CPU, exactly as the CPU path would, and count why.
 
     nvJPEG's batched decoder takes baseline 8-bit RGB/gray JPEGs with standard subsampling. We
-    screen with Pillow's header parser (no pixel decoding): PNG, CMYK, grey (for RGB batches)
-    and oddly subsampled images, and images that no longer fit the arena, go the CPU way; progressive JPEGs too,
+    screen with Pillow's header parser (no pixel decoding): PNG, CMYK, grey and oddly subsampled images, and images that no longer fit the arena, go the CPU way; progressive JPEGs too,
     unless ProgressiveRoute sends them on. EXIF-rotated JPEGs go to the GPU with their
     orientation, which the crops read them by.
     """
@@ -288,11 +287,12 @@ def gpu_screen(data: bytes, mode: str, limits: Limits, progressive_pixels: int =
         return Screen("color_" + img.mode.lower(), img.size)
     if img.mode == "RGB" and _stored_as_rgb(img):
         return Screen("color_rgb", img.size)
-    if img.mode == "L" and mode == "RGB":
-        # Grey JPEGs decoded into RGB by the GPU differ from Pillow's by 30-60 levels where
-        # their width is not a multiple of 16 (36 of 38 in 2,048 made photos, H100,
-        # nvImageCodec 0.9, scripts/check_decode.py); those of 320 or 400 wide matched. They
-        # are ~2% of photos and a third of a colour JPEG's work here: decoded here, always.
+    if img.mode == "L":
+        # Grey JPEGs decoded into RGB by the GPU differed from Pillow's by 30-64 levels where
+        # their width was not a multiple of 16 (36 of 38 in 2,048 made photos, H100,
+        # nvImageCodec 0.9, scripts/check_decode.py); 320 and 400 wide ones matched. Into
+        # grey was not checked. They are ~2% of photos and a third of a colour JPEG's work
+        # here: decoded here, always.
         return Screen("gray", img.size)
     progressive = bool(img.info.get("progressive") or img.info.get("progression"))
     if progressive and width * height >= progressive_pixels:

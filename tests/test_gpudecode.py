@@ -68,9 +68,9 @@ def rotated_jpeg(level):
 def test_screening_sends_only_baseline_jpegs_to_the_gpu():
     limits = Limits()
     assert gpu_screen(solid(50), "RGB", limits)[0] is None
-    # grey into RGB: the GPU got most widths wrong (check_decode, H100); grey into grey passes
+    # grey: the GPU got most widths wrong into RGB (check_decode, H100), into grey unchecked
     assert gpu_screen(solid(50, mode="L"), "RGB", limits)[0] == "gray"
-    assert gpu_screen(solid(50, mode="L"), "L", limits)[0] is None
+    assert gpu_screen(solid(50, mode="L"), "L", limits)[0] == "gray"
     assert gpu_screen(solid(50, fmt="PNG"), "RGB", limits)[0] == "not_jpeg"
     assert gpu_screen(cmyk_jpeg(50), "RGB", limits)[0] == "color_cmyk"
     assert gpu_screen(progressive_jpeg(50), "RGB", limits)[0] == "progressive"
@@ -181,20 +181,22 @@ def test_screening_leaves_rgb_coded_jpegs_to_the_cpu():
 
 
 def test_packer_packs_bytes_and_decodes_the_rest_on_the_cpu():
-    layout = batch_layout(4, (8, 8, 3), arena_bytes=3000)
+    layout = batch_layout(5, (8, 8, 3), arena_bytes=3000)
     batch = views_of(bytearray(layout.nbytes), layout)
     packer = JpegPacker(Decoder(Augment.make(8, False)))
-    jpeg, png = solid(60), solid(70, fmt="PNG")
+    jpeg, png, grey = solid(60), solid(70, fmt="PNG"), solid(90, (43, 30), mode="L")
     packer.start(batch)
     packer.fill(batch, 0, jpeg, 1)
     packer.fill(batch, 1, png, 2)
     packer.fill(batch, 2, jpeg, 3)
     big = photo(1, (200, 150))  # larger than what is left of the arena
     packer.fill(batch, 3, big, 4)
-    assert batch.lengths.tolist() == [len(jpeg), 0, len(jpeg), 0]
+    packer.fill(batch, 4, grey, 5)  # a grey JPEG: decoded here, the GPU's were off
+    assert batch.lengths.tolist() == [len(jpeg), 0, len(jpeg), 0, 0]
     assert bytes(batch.arena[batch.offsets[2]:][:len(jpeg)]) == jpeg
     assert (batch.images[1] == 70).all()
-    assert packer.take_fallbacks() == {"not_jpeg": 1, "arena_full": 1}
+    assert np.abs(batch.images[4].astype(int) - 90).max() <= 1  # as RGB, all three channels
+    assert packer.take_fallbacks() == {"not_jpeg": 1, "arena_full": 1, "gray": 1}
 
 
 def test_a_slot_holds_more_than_the_archives_mean_member_within_bounds():
