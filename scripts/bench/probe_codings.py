@@ -8,7 +8,8 @@ Cases: a plain 4:2:0 photo (the yardstick); RGB-coded (an Adobe marker's transfo
 same file with that segment made a comment, so that the component names R, G, B decide);
 libjpeg-turbo's arithmetic-coded test image and its Huffman twin (tests/data); a photo cut at
 90% and at 50% of its bytes, without its end-of-image marker only, with 64 bytes in the middle
-of its scan overwritten, and with a Huffman table whose code counts are impossible. For each
+of its scan overwritten, and with a Huffman table whose code counts are impossible; grey
+JPEGs of five widths (the screen sends every grey one to the packers). For each
 case: what `decode.gpu_screen` says, what Pillow does (as the CPU path decodes: `decode.py`
 skips what raises), and per decoder, alone and as one image in a batch of 7 plain ones:
 decoded (the mean absolute difference from Pillow's pixels where Pillow decodes it, or from
@@ -82,6 +83,9 @@ def cases() -> dict[str, tuple[bytes, bytes | None]]:
     out["64 scan bytes overwritten"] = (plain[:middle] + noise + plain[middle + 64:], plain)
     table = plain.index(b"\xff\xc4") + 5  # the first table's 16 code counts
     out["bogus Huffman table"] = (plain[:table] + bytes([255] * 16) + plain[table + 16:], plain)
+    for width in (320, 333, 336, 344, 658):  # grey: 36 of 38 whose width is no multiple of
+        # 16 came 30-64 levels off in the loader (H100, 2026-12-07); which widths, which engines?
+        out[f"grey {width}x241"] = (jpeg(textured(4, (width, 241)).convert("L")), None)
     return out
 
 
