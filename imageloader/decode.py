@@ -144,9 +144,10 @@ class JpegPacker:
     anything else here on the CPU, exactly as the CPU path would, and count why.
 
     nvJPEG's batched decoder takes baseline 8-bit RGB/gray JPEGs with standard subsampling. We
-    screen with Pillow's header parser (no pixel decoding): PNG, CMYK, grey and oddly subsampled images, and images that no longer fit the arena, go the CPU way; progressive JPEGs too,
-    unless ProgressiveRoute sends them on. EXIF-rotated JPEGs go to the GPU with their
-    orientation, which the crops read them by.
+    screen with Pillow's header parser (no pixel decoding): PNG, CMYK, grey (the GPU's were off)
+    and oddly subsampled images, and images that no longer fit the arena, go the CPU way;
+    progressive JPEGs too, unless ProgressiveRoute sends them on. EXIF-rotated JPEGs go to the
+    GPU with their orientation, which the crops read them by.
     """
 
     def __init__(self, cpu: Decoder, cpu_pixels: int | None = None):

@@ -311,9 +311,9 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, *, shards: int = 1,
     an image's folders below src, joined by "-" (SUN397's a/church/outdoor/<file> ->
     a-church-outdoor/<file>). `class_pattern`: a regular expression whose first group (or
     match) in an image's file name is its class (Kaggle's cat.0.jpg: "^(cat|dog)[.]").
-    `only`: a file listing the images to take, one path a line (Food-101's meta/train.txt). `folder`: only what lies under this folder of
-    src (a zip's or tar's too), as if it were src. `jobs`: shards written at once, in as
-    many processes (default: one a core)."""
+    `only`: a file listing the images to take, one path a line (Food-101's meta/train.txt).
+    `folder`: only what lies under this folder of src (a zip's or tar's too), as if it were src.
+    `jobs`: shards written at once, in as many processes (default: one a core)."""
     _check_choices(shards, labels, class_folder, class_pattern)
     if shuffle_seed is not None:
         _warn_if_slow_to_shuffle(src)
