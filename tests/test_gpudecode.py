@@ -1411,7 +1411,7 @@ def varied_jpegs() -> list[bytes]:
     for seed, (size, subsampling, orientation) in enumerate(specs):
         image = Image.open(io.BytesIO(photo(seed, size, fmt="PNG")))
         files.append(exif_oriented(image, orientation, quality=90, subsampling=subsampling))
-    for seed, size in ((99, (320, 240)), (98, (333, 251))):  # grey: the GPU got 333 wide wrong
+    for seed, size in ((99, (320, 240)), (98, (333, 251))):  # grey; widths like 333 came out wrong
         files.append(encode(Image.open(io.BytesIO(photo(seed, size, fmt="PNG"))).convert("L"),
                             "JPEG"))
     for seed, kind in enumerate(camera_kinds_here(), 100):
