@@ -10,18 +10,21 @@ in 0-255 levels. Decoders differ a little (chroma upsampling, IDCT); the CPU pat
 large JPEGs at a reduced scale when the crop allows (Pillow's draft), which differs more on
 fine texture (~11 levels on a 5 MP textured photo). A wrong decode (colour space, a swapped or
 stale image, a wrong crop) differs by tens of levels. Prints a JSON report with the worst
-images by member name; exits 1 if any image differs by more than --tolerance, or if the two
-paths do not give the same images and labels.
+images by member name, each with its kind (format, mode, JPEG subsampling, progressive) and
+size, and how many of each kind differ by more than --tolerance (grey JPEGs, 2026-12-07);
+exits 1 if any image does, or if the two paths do not give the same images and labels.
 """
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from collections import Counter
 from pathlib import Path
 
 import torch
+from PIL import Image, JpegImagePlugin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from imageloader import ImageLoader, Options  # noqa: E402
@@ -64,21 +67,41 @@ def read_images(args, decode: str) -> tuple[torch.Tensor, torch.Tensor, dict]:
     return torch.cat(images)[:n], torch.cat(labels)[:n], said
 
 
-def member_names(args, n: int) -> list[str]:
+SAMPLINGS = {0: "4:4:4", 1: "4:2:2", 2: "4:2:0"}  # JpegImagePlugin.get_sampling's codes
+
+
+def image_kind(data: bytes) -> dict:
+    """What an image is, from its header: {"kind": "JPEG RGB 4:2:0 progressive", "size":
+    [w, h]}, the kind alone where Pillow cannot read the header."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            words = [image.format or "?", image.mode]
+            if image.format == "JPEG" and image.mode != "L":
+                words.append(SAMPLINGS.get(JpegImagePlugin.get_sampling(image), "other"))
+            if image.info.get("progressive") or image.info.get("progression"):
+                words.append("progressive")
+            return {"kind": " ".join(words), "size": list(image.size)}
+    except Exception:  # noqa: BLE001 - what the header is, not why it failed
+        return {"kind": "unreadable"}
+
+
+def members(args, n: int) -> list[dict]:
     """The archives' first n image members in stream order (the order eval reads them), to
-    name the worst images. An image both paths skipped (undecodable) is among them, so the
-    names no longer line up with the images: compare() then gives indices only."""
-    split, names = check_split(args.split), []
+    name the worst images: {"member": "archive: name", "kind": ..., "size": ...}. An image
+    both paths skipped (undecodable) is among them, so they no longer line up with the
+    images: compare() then gives indices only."""
+    split, found = check_split(args.split), []
     for source in expand_sources(args.data):
-        for member in iter_members(source, skipped=Counter(), read_data=False):
+        for member in iter_members(source, skipped=Counter()):
             if in_split(split_folder(member.name), split):
-                names.append(f"{member.archive}: {member.name}")
-                if len(names) == n:
-                    return names
-    return names
+                found.append({"member": f"{member.archive}: {member.name}",
+                              **image_kind(member.data)})
+                if len(found) == n:
+                    return found
+    return found
 
 
-def compare(cpu, gpu, names: list[str], tolerance: float, worst: int) -> dict:
+def compare(cpu, gpu, names: list[dict], tolerance: float, worst: int) -> dict:
     (cpu_images, cpu_labels, cpu_said), (gpu_images, gpu_labels, gpu_said) = cpu, gpu
     report = {"images": len(cpu_labels), "cpu": cpu_said, "cuda": gpu_said,
               "tolerance": tolerance}
@@ -97,8 +120,11 @@ def compare(cpu, gpu, names: list[str], tolerance: float, worst: int) -> dict:
                           "p99": round(diff.quantile(0.99).item(), 3),
                           "max": round(diff.max().item(), 3)},
         "over_tolerance": int((diff > tolerance).sum()),
-        "worst": [{"index": i, "diff": round(diff[i].item(), 2),
-                   **({"member": names[i]} if named else {})} for i in order]})
+        "worst": [{"index": i, "diff": round(diff[i].item(), 2), **(names[i] if named else {})}
+                  for i in order]})
+    if named:  # what the images over the tolerance are: one kind often says why
+        over = (diff > tolerance).nonzero().flatten().tolist()
+        report["over_tolerance_by_kind"] = dict(Counter(names[i]["kind"] for i in over))
     if report["over_tolerance"]:
         report["failure"] = f"{report['over_tolerance']} image(s) differ by > {tolerance} levels"
     return report
@@ -111,7 +137,7 @@ def main(args) -> int:
         return 2
     cpu = read_images(args, "cpu")
     gpu = read_images(args, "cuda")
-    report = compare(cpu, gpu, member_names(args, len(cpu[1])), args.tolerance, args.worst)
+    report = compare(cpu, gpu, members(args, len(cpu[1])), args.tolerance, args.worst)
     text = json.dumps(report, indent=1)
     print(text)
     if args.out:

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from conftest import encode, gzip_header_mtime, noisy_jpeg, photo, read_members, write_archive
+from conftest import (encode, gzip_header_mtime, noisy_jpeg, photo, read_members, solid,
+                      write_archive)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS_DIR = REPO_ROOT / "scripts" / "bench"
@@ -1543,11 +1544,14 @@ def test_check_decode_flags_a_wrong_image_by_member_and_different_labels(check_d
     gpu = near.to(torch.uint8)
     gpu[4] = cpu[1]
     labels = torch.tensor([0, 1, 2, 0, 1, 2])
-    names = [f"a.tgz: t/c/{i}.jpg" for i in range(6)]
+    names = [{"member": f"a.tgz: t/c/{i}.jpg", "kind": "JPEG L" if i == 4 else "JPEG RGB 4:2:0"}
+             for i in range(6)]
     said = {"decode": "x"}
     report = check_decode.compare((cpu, labels, said), (gpu, labels, said), names, 12.0, 3)
     assert report["over_tolerance"] == 1 and "1 image(s) differ" in report["failure"]
     assert report["worst"][0]["member"] == "a.tgz: t/c/4.jpg" and report["worst"][0]["diff"] > 40
+    assert report["worst"][0]["kind"] == "JPEG L"
+    assert report["over_tolerance_by_kind"] == {"JPEG L": 1}
     assert all(w["diff"] <= 2 for w in report["worst"][1:])
     gpu[4] = near[4].to(torch.uint8)
     assert "failure" not in check_decode.compare((cpu, labels, said), (gpu, labels, said),
@@ -1560,6 +1564,24 @@ def test_check_decode_flags_a_wrong_image_by_member_and_different_labels(check_d
         unnamed = check_decode.compare((cpu, labels, said), (gpu, labels, other), names[:cut],
                                        12.0, 3)
         assert "member" not in unnamed["worst"][0]
+
+
+def test_check_decode_names_each_images_kind_from_its_header(check_decode, tmp_path):
+    """members(): every image member in stream order with what it is; the split's only."""
+    files = [("train/a/0.jpg", encode(Image.new("L", (43, 30)), "JPEG")),
+             ("train/a/1.jpg", encode(Image.new("RGB", (40, 30)), "JPEG", subsampling=2)),
+             ("train/b/2.jpg", encode(Image.new("RGB", (40, 30)), "JPEG", subsampling=0,
+                                      progressive=True)),
+             ("train/b/3.png", encode(Image.new("RGBA", (8, 9)), "PNG")),
+             ("train/b/4.jpg", b"\xff\xd8\xffnot really"), ("val/a/5.jpg", solid(1))]
+    path = write_archive(tmp_path / "k.tgz", files)
+    args = check_decode.get_args_parser().parse_args(["--data", str(path), "--split", "train"])
+    found = check_decode.members(args, 10)
+    assert [m["member"] for m in found] == [f"{path}: {name}" for name, _ in files[:5]]
+    assert [m["kind"] for m in found] == ["JPEG L", "JPEG RGB 4:2:0",
+                                          "JPEG RGB 4:4:4 progressive", "PNG RGBA", "unreadable"]
+    assert found[0]["size"] == [43, 30] and "size" not in found[4]
+    assert len(check_decode.members(args, 2)) == 2
 
 
 def test_check_decode_says_it_needs_cuda_without_one(check_decode, tmp_path, capsys):
