@@ -272,6 +272,11 @@ def _ignore_pillows_bomb_warning() -> None:
     warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
 
 
+def is_progressive(img: Image.Image) -> bool:
+    """A progressive JPEG, by the header Pillow parsed (it names it either way)."""
+    return bool(img.info.get("progressive") or img.info.get("progression"))
+
+
 def gpu_screen(data: bytes, mode: str, limits: Limits, progressive_pixels: int = 0) -> Screen:
     """Whether nvJPEG should get this image, its size and orientation, from headers; a
     progressive JPEG only if it has fewer than `progressive_pixels` pixels."""
@@ -295,7 +300,7 @@ def gpu_screen(data: bytes, mode: str, limits: Limits, progressive_pixels: int =
         # grey was not checked. They are ~2% of photos and a third of a colour JPEG's work
         # here: decoded here, always.
         return Screen("gray", img.size)
-    progressive = bool(img.info.get("progressive") or img.info.get("progression"))
+    progressive = is_progressive(img)
     if progressive and width * height >= progressive_pixels:
         return Screen("progressive", img.size, progressive=True)
     if img.mode == "RGB" and JpegImagePlugin.get_sampling(img) == -1:

@@ -28,6 +28,7 @@ from PIL import Image, JpegImagePlugin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from imageloader import ImageLoader, Options  # noqa: E402
+from imageloader.decode import is_progressive  # noqa: E402
 from imageloader.errors import DECODE_SKIPS, check_split  # noqa: E402
 from imageloader.read import expand_sources, in_split, iter_members, split_folder  # noqa: E402
 
@@ -78,7 +79,7 @@ def image_kind(data: bytes) -> dict:
             words = [image.format or "?", image.mode]
             if image.format == "JPEG" and image.mode != "L":
                 words.append(SAMPLINGS.get(JpegImagePlugin.get_sampling(image), "other"))
-            if image.info.get("progressive") or image.info.get("progression"):
+            if is_progressive(image):
                 words.append("progressive")
             return {"kind": " ".join(words), "size": list(image.size)}
     except Exception:  # noqa: BLE001 - what the header is, not why it failed
@@ -114,17 +115,18 @@ def compare(cpu, gpu, names: list[dict], tolerance: float, worst: int) -> dict:
     skips = sum(said.get("skipped", {}).get(reason, 0) for said in (cpu_said, gpu_said)
                 for reason in DECODE_SKIPS)
     named = not skips and len(names) == len(diff)  # else a skipped image shifts the names
+    over = diff > tolerance
     order = diff.argsort(descending=True)[:worst].tolist()
     report.update({
         "mean_abs_diff": {"mean": round(diff.mean().item(), 3),
                           "p99": round(diff.quantile(0.99).item(), 3),
                           "max": round(diff.max().item(), 3)},
-        "over_tolerance": int((diff > tolerance).sum()),
+        "over_tolerance": int(over.sum()),
         "worst": [{"index": i, "diff": round(diff[i].item(), 2), **(names[i] if named else {})}
                   for i in order]})
     if named:  # what the images over the tolerance are: one kind often says why
-        over = (diff > tolerance).nonzero().flatten().tolist()
-        report["over_tolerance_by_kind"] = dict(Counter(names[i]["kind"] for i in over))
+        report["over_tolerance_by_kind"] = dict(Counter(
+            names[i]["kind"] for i in over.nonzero().flatten().tolist()))
     if report["over_tolerance"]:
         report["failure"] = f"{report['over_tolerance']} image(s) differ by > {tolerance} levels"
     return report
