@@ -17,6 +17,11 @@ the uncut photo's), refused (None) or raised. The batch shows whether one bad JP
 neighbours. The decoders keep their buffers between calls, so where one leaves rows unwritten
 they hold what an earlier call put there: a cut photo may then look nearer its whole decode
 than it is.
+
+Then a sweep (`--no-sweep` leaves it out): grey JPEGs of widths 320-337 and a few more, and
+colour ones of odd widths, in one batch, through each nvImageCodec engine by one C call
+(nvbatch) and by the Python API, into RGB and into grey: the mean absolute difference from
+Pillow's pixels per width (which decoders, widths and output modes go wrong on grey JPEGs).
 """
 from __future__ import annotations
 
@@ -41,6 +46,8 @@ NEIGHBOURS = 7
 def get_args_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help="write the results as JSON here")
+    p.add_argument("--no-sweep", dest="sweep", action="store_false",
+                   help="leave out the sweep of widths (grey and colour JPEGs)")
     return p
 
 
@@ -143,6 +150,60 @@ def outcome(decoder, datas: list[bytes], at: int, reference) -> dict:
             **({"others_decoded": f"{others}/{len(datas) - 1}"} if len(datas) > 1 else {})}
 
 
+SWEEP_WIDTHS = (*range(320, 338), 344, 400, 658, 661)
+
+
+def sweep_cases() -> dict[str, bytes]:
+    """name: JPEG, grey ones of many widths (which widths go wrong?) and odd-width colour ones
+    (decoded into grey batches)."""
+    out = {f"grey {w}x241": jpeg(textured(4, (w, 241)).convert("L")) for w in SWEEP_WIDTHS}
+    out |= {f"4:2:0 {w}x243": jpeg(textured(5, (w, 243))) for w in (333, 658, 661)}
+    return out
+
+
+def sweep_decoders(device: torch.device) -> dict:
+    """name: nvImageCodec decoder, for each engine, way of calling and output mode."""
+    out = {}
+    for engine in ("hw", "cuda", "hybrid", "all"):
+        for one_call in (True, False):
+            for mode in ("RGB", "L"):
+                name = f"{engine} {'one call' if one_call else 'python'} {mode}"
+                try:
+                    out[name] = gpujpeg.NvImageCodecJpeg(device, mode, engine=engine,
+                                                         one_call=one_call)
+                except Exception as error:  # noqa: BLE001 - that way is not here
+                    print(f"{name}: not here ({type(error).__name__}: {str(error)[:80]})")
+    return out
+
+
+def sweep(device: torch.device) -> dict:
+    """Per decoder, per JPEG of sweep_cases: the mean absolute difference from Pillow's pixels
+    in its output mode, all JPEGs in one call (None: not decoded)."""
+    cases = sweep_cases()
+    arrays = [np.frombuffer(d, np.uint8).copy() for d in cases.values()]
+    report = {}
+    for name, decoder in sweep_decoders(device).items():
+        mode = decoder.mode
+        try:
+            images = decoder.decode(arrays, fresh=True)
+            torch.cuda.synchronize()
+        except Exception as error:  # noqa: BLE001 - what the call raised is the answer
+            report[name] = f"raised {type(error).__name__}: {str(error)[:100]}"
+            print(f"  sweep {name}: {report[name]}")
+            continue
+        row = {}
+        for case, data, image in zip(cases, cases.values(), images):
+            with Image.open(io.BytesIO(data)) as pil:
+                reference = np.asarray(pil.convert(mode)).reshape(pil.height, pil.width, -1)
+            row[case] = difference(image, reference)
+        report[name] = row
+        bad = {case: d for case, d in row.items() if d is None or not d <= 3}
+        worst = max((d for d in row.values() if d is not None), default=None)
+        print(f"  sweep {name:22} worst {worst}; off by > 3 levels or not decoded: "
+              f"{bad or 'none'}")
+    return report
+
+
 def main(args) -> None:
     device = torch.device("cuda")
     here = decoders(device)
@@ -163,6 +224,9 @@ def main(args) -> None:
         print(f"\n{name}: screen {row['screen']}; Pillow {said}")
         for dname in here:
             print(f"  {dname:18} alone {row[dname]['alone']}  in a batch {row[dname]['in a batch']}")
+    if args.sweep:
+        print("\nsweep: grey JPEGs of many widths, colour ones of odd widths, one batch")
+        report["sweep"] = sweep(device)
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1))
 
