@@ -144,10 +144,11 @@ class JpegPacker:
     anything else here on the CPU, exactly as the CPU path would, and count why.
 
     nvJPEG's batched decoder takes baseline 8-bit RGB/gray JPEGs with standard subsampling. We
-    screen with Pillow's header parser (no pixel decoding): PNG, CMYK, grey (the GPU's were off)
-    and oddly subsampled images, and images that no longer fit the arena, go the CPU way;
+    screen with Pillow's header parser (no pixel decoding): PNG, CMYK and oddly subsampled
+    images, and images that no longer fit the arena, go the CPU way;
     progressive JPEGs too, unless ProgressiveRoute sends them on. EXIF-rotated JPEGs go to the
-    GPU with their orientation, which the crops read them by.
+    GPU with their orientation, which the crops read them by; grey JPEGs with their sampling
+    factors written as 1x1 (gray_sampling_at).
     """
 
     def __init__(self, cpu: Decoder, cpu_pixels: int | None = None):
@@ -212,6 +213,9 @@ class JpegPacker:
         if self._probes > 0:
             self._time_on_cpu(batch, data, seed)
         batch.arena[self._end:self._end + len(data)] = np.frombuffer(data, np.uint8)
+        if screen.gray_sampling_at is not None:  # the same pixels, as the GPU decodes them
+            batch.arena[self._end + screen.gray_sampling_at] = 0x11
+            self.fallbacks["gray_sampling_1x1"] += 1  # one of "gpu_decoded", seen
         batch.offsets[slot], batch.lengths[slot] = self._end, len(data)
         batch.orientations[slot] = screen.orientation
         self._end += len(data)
@@ -261,6 +265,9 @@ class Screen(NamedTuple):
     orientation: int = 1          # EXIF orientation, 1-8: the GPU stage reads it upright
     upright_size: tuple[int, int] | None = None  # (width, height) upright: the crop box's frame
     progressive: bool = False     # a progressive JPEG, refused or not
+    # Where a grey JPEG's frame header gives its one component sampling factors other than
+    # 1x1: the offset of that byte, which the packer sets to 1x1 (gray_sampling_at)
+    gray_sampling_at: int | None = None
 
 
 @functools.cache
@@ -293,13 +300,6 @@ def gpu_screen(data: bytes, mode: str, limits: Limits, progressive_pixels: int =
         return Screen("color_" + img.mode.lower(), img.size)
     if img.mode == "RGB" and _stored_as_rgb(img):
         return Screen("color_rgb", img.size)
-    if img.mode == "L":
-        # Grey JPEGs decoded into RGB by the GPU differed from Pillow's by 30-64 levels where
-        # their width was not a multiple of 16 (36 of 38 in 2,048 made photos, H100,
-        # nvImageCodec 0.9, scripts/check_decode.py); 320 and 400 wide ones matched. Into
-        # grey was not checked. They are ~2% of photos and a third of a colour JPEG's work
-        # here: decoded here, always.
-        return Screen("gray", img.size)
     progressive = is_progressive(img)
     if progressive and width * height >= progressive_pixels:
         return Screen("progressive", img.size, progressive=True)
@@ -312,7 +312,8 @@ def gpu_screen(data: bytes, mode: str, limits: Limits, progressive_pixels: int =
         return Screen("no_end_marker", img.size)
     orientation = _orientation(img)  # outside 1-8: upright, as exif_transpose leaves it
     orientation = orientation if 1 <= orientation <= 8 else 1
-    return Screen(None, img.size, orientation, _upright_size(img, orientation), progressive)
+    return Screen(None, img.size, orientation, _upright_size(img, orientation), progressive,
+                  gray_sampling_at(data) if img.mode == "L" else None)
 
 
 class ProgressiveRoute:
@@ -527,6 +528,25 @@ def _frame_coding(data: bytes) -> str | None:
         if marker in _ARITHMETIC_FRAMES:
             return "arithmetic"
         if marker in _FRAMES:
+            return None
+    return None
+
+
+def gray_sampling_at(data: bytes) -> int | None:
+    """The offset of a one-component (grey) JPEG's sampling-factor byte in its frame header,
+    where the factors are not 1x1; else None. A one-component scan is not interleaved: its
+    units are 8x8 blocks whatever the factors say (ITU T.81, A.2.2), so libjpeg decodes the
+    same pixels with 1x1 written there. The GPU decoders do not: grey JPEGs with 2x1 or 2x2
+    factors (Pillow writes them when asked for subsampling) whose width is not a multiple of
+    16 came 30-64 levels off Pillow's pixels (36 of 38 grey ones in 2,048 made photos, H100,
+    nvImageCodec 0.9, scripts/check_decode.py), while 1x1 ones of any width matched
+    (scripts/bench/probe_codings.py). So the packers hand them over with 1x1 written in."""
+    for marker, end in _markers(data):
+        if marker in _FRAMES:
+            # Lf(2) P(1) Y(2) X(2) Nf(1), then per component C(1) HV(1) Tq(1)
+            one = int.from_bytes(data[end - 11:end - 9], "big") == 11 and data[end - 4] == 1
+            if one and data[end - 2] != 0x11:
+                return end - 2
             return None
     return None
 

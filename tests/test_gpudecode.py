@@ -68,9 +68,15 @@ def rotated_jpeg(level):
 def test_screening_sends_only_baseline_jpegs_to_the_gpu():
     limits = Limits()
     assert gpu_screen(solid(50), "RGB", limits)[0] is None
-    # grey: the GPU got most widths wrong into RGB (check_decode, H100), into grey unchecked
-    assert gpu_screen(solid(50, mode="L"), "RGB", limits)[0] == "gray"
-    assert gpu_screen(solid(50, mode="L"), "L", limits)[0] == "gray"
+    # grey: to the GPU in either mode; sampling factors other than 1x1 are to be set to 1x1
+    grey, grey_2x2 = solid(50, mode="L"), encode(Image.new("L", (43, 30), 50), "JPEG",
+                                                  subsampling=2)
+    for mode in ("RGB", "L"):
+        screen = gpu_screen(grey, mode, limits)
+        assert screen.refused is None and screen.gray_sampling_at is None
+        screen = gpu_screen(grey_2x2, mode, limits)
+        at = screen.gray_sampling_at
+        assert screen.refused is None and grey_2x2[at - 1:at + 2] == b"\x01\x22\x00"
     assert gpu_screen(solid(50, fmt="PNG"), "RGB", limits)[0] == "not_jpeg"
     assert gpu_screen(cmyk_jpeg(50), "RGB", limits)[0] == "color_cmyk"
     assert gpu_screen(progressive_jpeg(50), "RGB", limits)[0] == "progressive"
@@ -184,19 +190,25 @@ def test_packer_packs_bytes_and_decodes_the_rest_on_the_cpu():
     layout = batch_layout(5, (8, 8, 3), arena_bytes=3000)
     batch = views_of(bytearray(layout.nbytes), layout)
     packer = JpegPacker(Decoder(Augment.make(8, False)))
-    jpeg, png, grey = solid(60), solid(70, fmt="PNG"), solid(90, (43, 30), mode="L")
+    jpeg, png = solid(60), solid(70, fmt="PNG")
+    grey = encode(Image.open(io.BytesIO(photo(7, (43, 30), fmt="PNG"))).convert("L"), "JPEG",
+                  subsampling=2)
     packer.start(batch)
     packer.fill(batch, 0, jpeg, 1)
     packer.fill(batch, 1, png, 2)
     packer.fill(batch, 2, jpeg, 3)
     big = photo(1, (200, 150))  # larger than what is left of the arena
     packer.fill(batch, 3, big, 4)
-    packer.fill(batch, 4, grey, 5)  # a grey JPEG: decoded here, the GPU's were off
-    assert batch.lengths.tolist() == [len(jpeg), 0, len(jpeg), 0, 0]
+    packer.fill(batch, 4, grey, 5)  # a grey JPEG with 2x2 factors: packed with 1x1 ones
+    assert batch.lengths.tolist() == [len(jpeg), 0, len(jpeg), 0, len(grey)]
     assert bytes(batch.arena[batch.offsets[2]:][:len(jpeg)]) == jpeg
     assert (batch.images[1] == 70).all()
-    assert np.abs(batch.images[4].astype(int) - 90).max() <= 1  # as RGB, all three channels
-    assert packer.take_fallbacks() == {"not_jpeg": 1, "arena_full": 1, "gray": 1}
+    packed = bytes(batch.arena[batch.offsets[4]:][:len(grey)])
+    changed = [i for i in range(len(grey)) if packed[i] != grey[i]]
+    assert len(changed) == 1 and (grey[changed[0]], packed[changed[0]]) == (0x22, 0x11)
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(packed))),
+                          np.asarray(Image.open(io.BytesIO(grey))))  # libjpeg: the same pixels
+    assert packer.take_fallbacks() == {"not_jpeg": 1, "arena_full": 1, "gray_sampling_1x1": 1}
 
 
 def test_a_slot_holds_more_than_the_archives_mean_member_within_bounds():
@@ -1411,9 +1423,12 @@ def varied_jpegs() -> list[bytes]:
     for seed, (size, subsampling, orientation) in enumerate(specs):
         image = Image.open(io.BytesIO(photo(seed, size, fmt="PNG")))
         files.append(exif_oriented(image, orientation, quality=90, subsampling=subsampling))
-    for seed, size in ((99, (320, 240)), (98, (333, 251))):  # grey; widths like 333 came out wrong
+    # Grey, sampling factors 1x1 (Pillow's default), 2x2 and 2x1: the GPU decoders got the
+    # last two wrong where the width is no multiple of 16 (decode.gray_sampling_at)
+    for seed, size, subsampling in ((99, (320, 240), -1), (98, (333, 251), -1),
+                                    (97, (658, 241), 2), (96, (337, 250), 1)):
         files.append(encode(Image.open(io.BytesIO(photo(seed, size, fmt="PNG"))).convert("L"),
-                            "JPEG"))
+                            "JPEG", subsampling=subsampling))
     for seed, kind in enumerate(camera_kinds_here(), 100):
         main = Image.open(io.BytesIO(photo(seed, (448, 336), fmt="PNG")))
         other = Image.open(io.BytesIO(photo(seed + 10, (160, 120), fmt="PNG")))

@@ -18,7 +18,8 @@ neighbours. The decoders keep their buffers between calls, so where one leaves r
 they hold what an earlier call put there: a cut photo may then look nearer its whole decode
 than it is.
 
-Then a sweep (`--no-sweep` leaves it out): grey JPEGs of widths 320-337 and a few more, and
+Then a sweep (`--no-sweep` leaves it out): grey JPEGs of widths 320-337 and a few more, grey
+ones with 2x2 and 2x1 sampling factors (as they are, and as the packers hand them over), and
 colour ones of odd widths, in one batch, through each nvImageCodec engine by one C call
 (nvbatch) and by the Python API, into RGB and into grey: the mean absolute difference from
 Pillow's pixels per width (which decoders, widths and output modes go wrong on grey JPEGs).
@@ -38,7 +39,7 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from imageloader import gpujpeg  # noqa: E402
-from imageloader.decode import Limits, gpu_screen  # noqa: E402
+from imageloader.decode import Limits, gpu_screen, gray_sampling_at  # noqa: E402
 
 NEIGHBOURS = 7
 
@@ -154,9 +155,17 @@ SWEEP_WIDTHS = (*range(320, 338), 344, 400, 658, 661)
 
 
 def sweep_cases() -> dict[str, bytes]:
-    """name: JPEG, grey ones of many widths (which widths go wrong?) and odd-width colour ones
-    (decoded into grey batches)."""
+    """name: JPEG, grey ones of many widths (which widths go wrong?), grey ones whose frame
+    header gives 2x2 or 2x1 sampling factors as they are and with 1x1 written in (as the packers
+    hand them over: decode.gray_sampling_at), and odd-width colour ones (decoded into grey
+    batches)."""
     out = {f"grey {w}x241": jpeg(textured(4, (w, 241)).convert("L")) for w in SWEEP_WIDTHS}
+    for w in (320, 333, 336, 344, 658):
+        for subsampling, factors in ((2, "2x2"), (1, "2x1")):
+            data = jpeg(textured(6, (w, 241)).convert("L"), subsampling=subsampling)
+            at = gray_sampling_at(data)
+            out[f"grey {factors} {w}x241"] = data
+            out[f"grey {factors} as 1x1 {w}x241"] = data[:at] + b"\x11" + data[at + 1:]
     out |= {f"4:2:0 {w}x243": jpeg(textured(5, (w, 243))) for w in (333, 658, 661)}
     return out
 
