@@ -536,11 +536,11 @@ def gray_sampling_at(data: bytes) -> int | None:
     """The offset of a one-component (grey) JPEG's sampling-factor byte in its frame header,
     where the factors are not 1x1; else None. A one-component scan is not interleaved: its
     units are 8x8 blocks whatever the factors say (ITU T.81, A.2.2), so libjpeg decodes the
-    same pixels with 1x1 written there. The GPU decoders do not: grey JPEGs with 2x1 or 2x2
-    factors (Pillow writes them when asked for subsampling) whose width is not a multiple of
-    16 came 30-64 levels off Pillow's pixels (36 of 38 grey ones in 2,048 made photos, H100,
-    nvImageCodec 0.9, scripts/check_decode.py), while 1x1 ones of any width matched
-    (scripts/bench/probe_codings.py). So the packers hand them over with 1x1 written in."""
+    same pixels with 1x1 written there. The GPU decoders do not: of 2,048 made photos (H100,
+    nvImageCodec 0.9, scripts/check_decode.py) the 36 grey ones with 2x1 or 2x2 factors
+    (Pillow writes them when asked for subsampling) came 30-64 levels off Pillow's pixels, the
+    two with 1x1 matched, and so did 1x1 ones of 22 widths (scripts/bench/probe_codings.py).
+    So the packers hand them over with 1x1 written in."""
     for marker, end in _markers(data):
         if marker in _FRAMES:
             # Lf(2) P(1) Y(2) X(2) Nf(1), then per component C(1) HV(1) Tq(1)

@@ -91,8 +91,8 @@ def cases() -> dict[str, tuple[bytes, bytes | None]]:
     out["64 scan bytes overwritten"] = (plain[:middle] + noise + plain[middle + 64:], plain)
     table = plain.index(b"\xff\xc4") + 5  # the first table's 16 code counts
     out["bogus Huffman table"] = (plain[:table] + bytes([255] * 16) + plain[table + 16:], plain)
-    for width in (320, 333, 336, 344, 658):  # grey: 36 of 38 whose width is no multiple of
-        # 16 came 30-64 levels off in the loader (H100, 2026-12-07); which widths, which engines?
+    for width in (320, 333, 336, 344, 658):  # grey, 1x1 sampling factors: right on every
+        # decoder (H100, 2026-12-07); the sweep has those of 2x2 and 2x1 factors
         out[f"grey {width}x241"] = (jpeg(textured(4, (width, 241)).convert("L")), None)
     return out
 
