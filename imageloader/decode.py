@@ -544,7 +544,8 @@ def gray_sampling_at(data: bytes) -> int | None:
     for marker, end in _markers(data):
         if marker in _FRAMES:
             # Lf(2) P(1) Y(2) X(2) Nf(1), then per component C(1) HV(1) Tq(1)
-            one = int.from_bytes(data[end - 11:end - 9], "big") == 11 and data[end - 4] == 1
+            one = end <= len(data) and int.from_bytes(data[end - 11:end - 9], "big") == 11 \
+                and data[end - 4] == 1
             if one and data[end - 2] != 0x11:
                 return end - 2
             return None

@@ -28,7 +28,7 @@ from PIL import Image, JpegImagePlugin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from imageloader import ImageLoader, Options  # noqa: E402
-from imageloader.decode import is_progressive  # noqa: E402
+from imageloader.decode import gray_sampling_at, is_progressive  # noqa: E402
 from imageloader.errors import DECODE_SKIPS, check_split  # noqa: E402
 from imageloader.read import expand_sources, in_split, iter_members, split_folder  # noqa: E402
 
@@ -79,6 +79,9 @@ def image_kind(data: bytes) -> dict:
             words = [image.format or "?", image.mode]
             if image.format == "JPEG" and image.mode != "L":
                 words.append(SAMPLINGS.get(JpegImagePlugin.get_sampling(image), "other"))
+            elif image.format == "JPEG" and (at := gray_sampling_at(data)) is not None:
+                # grey with other sampling factors than 1x1: the GPU got them wrong as they were
+                words.append(f"factors {data[at] >> 4}x{data[at] & 15}")
             if is_progressive(image):
                 words.append("progressive")
             return {"kind": " ".join(words), "size": list(image.size)}

@@ -23,7 +23,8 @@ from conftest import (Clock, assert_labels_match_pixels, bogus_huffman_jpeg, cam
 from imageloader import ImageLoader, Options, gpucrop
 from imageloader.batch import FALLBACK, batch_layout, views_of
 from imageloader.decode import (GPU_PROGRESSIVE, Augment, Decoder, JpegPacker,
-                                ProgressiveRoute, _frame_coding, gpu_screen, progressive_route)
+                                ProgressiveRoute, _frame_coding, gpu_screen, gray_sampling_at,
+                                progressive_route)
 from imageloader.errors import Limits
 from imageloader.gpudecode import GpuDecode, Packed, choose_crop
 from imageloader.loader import (ARENA_HEADROOM, ARENA_MAX_PER_IMAGE, ARENA_PER_IMAGE,
@@ -184,6 +185,29 @@ def test_screening_leaves_rgb_coded_jpegs_to_the_cpu():
     assert gpu_screen(named, "RGB", limits)[0] == "color_rgb"
     assert gpu_screen(encode(image, "JPEG"), "RGB", limits)[0] is None
     assert gpu_screen(encode(image, "JPEG", subsampling=0), "RGB", limits)[0] is None
+
+
+def test_a_grey_jpegs_sampling_factors_are_found_in_its_frame_header_and_1x1_decodes_alike():
+    """gray_sampling_at: the byte a packer sets to 1x1, in baseline and progressive frames,
+    after other segments (EXIF); none in 1x1 grey, colour, or a header cut before its frame.
+    Written as 1x1, Pillow decodes the same pixels."""
+    grey = Image.open(io.BytesIO(photo(3, (45, 37), fmt="PNG"))).convert("L")
+    assert gray_sampling_at(encode(grey, "JPEG")) is None
+    assert gray_sampling_at(photo(3, (45, 37))) is None  # colour, 4:2:0
+    exif = Image.Exif()
+    exif[0x0112] = 1
+    for options in ({"subsampling": 2}, {"subsampling": 1},
+                    {"subsampling": 2, "progressive": True},
+                    {"subsampling": 1, "exif": exif.tobytes()}):
+        data = encode(grey, "JPEG", **options)
+        at = gray_sampling_at(data)
+        assert at is not None and data[at] in (0x21, 0x22), options
+        as_1x1 = data[:at] + b"\x11" + data[at + 1:]
+        assert gray_sampling_at(as_1x1) is None
+        assert np.array_equal(np.asarray(Image.open(io.BytesIO(as_1x1))),
+                              np.asarray(Image.open(io.BytesIO(data))))
+    data = encode(grey, "JPEG", subsampling=2)
+    assert gray_sampling_at(data[:data.index(b"\xff\xc0") + 6]) is None  # cut in its frame
 
 
 def test_packer_packs_bytes_and_decodes_the_rest_on_the_cpu():

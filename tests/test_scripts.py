@@ -1569,6 +1569,7 @@ def test_check_decode_flags_a_wrong_image_by_member_and_different_labels(check_d
 def test_check_decode_names_each_images_kind_from_its_header(check_decode, tmp_path):
     """members(): every image member in stream order with what it is; the split's only."""
     files = [("train/a/0.jpg", encode(Image.new("L", (43, 30)), "JPEG")),
+             ("train/a/00.jpg", encode(Image.new("L", (43, 30)), "JPEG", subsampling=1)),
              ("train/a/1.jpg", encode(Image.new("RGB", (40, 30)), "JPEG", subsampling=2)),
              ("train/b/2.jpg", encode(Image.new("RGB", (40, 30)), "JPEG", subsampling=0,
                                       progressive=True)),
@@ -1577,10 +1578,10 @@ def test_check_decode_names_each_images_kind_from_its_header(check_decode, tmp_p
     path = write_archive(tmp_path / "k.tgz", files)
     args = check_decode.get_args_parser().parse_args(["--data", str(path), "--split", "train"])
     found = check_decode.members(args, 10)
-    assert [m["member"] for m in found] == [f"{path}: {name}" for name, _ in files[:5]]
-    assert [m["kind"] for m in found] == ["JPEG L", "JPEG RGB 4:2:0",
+    assert [m["member"] for m in found] == [f"{path}: {name}" for name, _ in files[:6]]
+    assert [m["kind"] for m in found] == ["JPEG L", "JPEG L factors 2x1", "JPEG RGB 4:2:0",
                                           "JPEG RGB 4:4:4 progressive", "PNG RGBA", "unreadable"]
-    assert found[0]["size"] == [43, 30] and "size" not in found[4]
+    assert found[0]["size"] == [43, 30] and "size" not in found[5]
     assert len(check_decode.members(args, 2)) == 2
 
 
