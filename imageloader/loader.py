@@ -158,7 +158,8 @@ class LoaderStats:
     regions: int = 0                    # regions the archives were cut into (0: read whole)
     # decode="cuda": images CPU-decoded, by why; "gpu_decoded" the rest, and of those
     # "engines_refused" the ones the hardware JPEG engines left to nvImageCodec's other backends
-    # and "progressive_sent" the progressive JPEGs the packers sent on (decode.ProgressiveRoute)
+    # and "progressive_sent" the progressive JPEGs the packers sent on (decode.ProgressiveRoute),
+    # "gray_sampling_1x1" the grey ones sent with 1x1 sampling factors (decode.gray_sampling_at)
     fallbacks: Counter = field(default_factory=Counter)
     padded: int = 0                     # batches repeated so that ranks take equal steps
     cpu_share: float = 0.0              # decode="cuda": the share batches are given now
