@@ -144,8 +144,9 @@ class JpegPacker:
     anything else here on the CPU, exactly as the CPU path would, and count why.
 
     nvJPEG's batched decoder takes baseline 8-bit RGB/gray JPEGs with standard subsampling. We
-    screen with Pillow's header parser (no pixel decoding): PNG, CMYK and oddly subsampled
-    images, and images that no longer fit the arena, go the CPU way;
+    screen with Pillow's header parser (no pixel decoding): PNG, CMYK, oddly subsampled and
+    rarely coded images (arithmetic, lossless, cut short, a scan per component), and images
+    that no longer fit the arena, go the CPU way;
     progressive JPEGs too, unless ProgressiveRoute sends them on. EXIF-rotated JPEGs go to the
     GPU with their orientation, which the crops read them by; grey JPEGs with their sampling
     factors written as 1x1 (gray_sampling_at).
@@ -308,6 +309,8 @@ def gpu_screen(data: bytes, mode: str, limits: Limits, progressive_pixels: int =
     coding = _frame_coding(data)
     if coding is not None:
         return Screen(coding, img.size)
+    if not progressive and _scan_per_component(data):
+        return Screen("scan_per_component", img.size)
     if _ends_early(data):
         return Screen("no_end_marker", img.size)
     orientation = _orientation(img)  # outside 1-8: upright, as exif_transpose leaves it
@@ -497,10 +500,11 @@ _END_OF_IMAGE = b"\xff\xd9"
 _NEXT_MARKER = re.compile(rb"\xff[^\x00\x01\xd0-\xd7\xff]")
 
 
-def _markers(data: bytes) -> Iterator[tuple[int, int]]:
-    """(marker, where its segment ends) for each marker segment from SOI to the first
-    start-of-scan marker (whose segment ends where the scan's coded data begins): a few reads,
-    no pixels. Stops where no marker is where one belongs (Pillow's parser judged the rest)."""
+def _markers(data: bytes) -> Iterator[tuple[int, int, int]]:
+    """(marker, where its segment starts (its 0xFF), where it ends, which may be past the
+    data's end) for each marker segment from SOI to the first start-of-scan marker (whose
+    segment ends where the scan's coded data begins): a few reads, no pixels. Stops where no
+    marker is where one belongs (Pillow's parser judged the rest)."""
     at = 2
     while at + 4 <= len(data) and data[at] == 0xFF:
         marker = data[at + 1]
@@ -510,8 +514,8 @@ def _markers(data: bytes) -> Iterator[tuple[int, int]]:
         if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # TEM, RSTn, SOI: no length follows
             at += 2
             continue
-        at += 2 + int.from_bytes(data[at + 2:at + 4], "big")
-        yield marker, at
+        start, at = at, at + 2 + int.from_bytes(data[at + 2:at + 4], "big")
+        yield marker, start, at
         if marker == 0xDA:
             return
 
@@ -522,7 +526,7 @@ def _frame_coding(data: bytes) -> str | None:
     inside the lane's call, which waits on their CPU thread, as for progressive ones (H200,
     scripts/bench/results/2026-11-30-h200-camera). Pillow's libjpeg decodes both: the packers
     take them, rare as they are."""
-    for marker, _ in _markers(data):
+    for marker, _, _ in _markers(data):
         if marker in _LOSSLESS_FRAMES:
             return "lossless"
         if marker in _ARITHMETIC_FRAMES:
@@ -541,15 +545,29 @@ def gray_sampling_at(data: bytes) -> int | None:
     (Pillow writes them when asked for subsampling) came 30-64 levels off Pillow's pixels, the
     two with 1x1 matched, and so did 1x1 ones of 22 widths (scripts/bench/probe_codings.py).
     So the packers hand them over with 1x1 written in."""
-    for marker, end in _markers(data):
+    for marker, start, end in _markers(data):
         if marker in _FRAMES:
-            # Lf(2) P(1) Y(2) X(2) Nf(1), then per component C(1) HV(1) Tq(1)
-            one = end <= len(data) and int.from_bytes(data[end - 11:end - 9], "big") == 11 \
-                and data[end - 4] == 1
-            if one and data[end - 2] != 0x11:
-                return end - 2
+            # FF Cn, Lf(2) P(1) Y(2) X(2) Nf(1), then per component C(1) HV(1) Tq(1)
+            whole = end - start == 13 and end <= len(data)
+            if whole and data[start + 9] == 1 and data[start + 11] != 0x11:
+                return start + 11
             return None
     return None
+
+
+def _scan_per_component(data: bytes) -> bool:
+    """Whether the first scan of a JPEG codes fewer components than its frame has: a
+    sequential JPEG whose components come in scans of their own (`jpegtran -scans`; rare)
+    rather than one interleaved scan. Not known to be decoded right on the GPU (the decoders
+    got grey JPEGs' units wrong where the header spoke of interleaving, gray_sampling_at;
+    scripts/bench/probe_codings.py asks them), so the packers take these."""
+    components = 0
+    for marker, start, end in _markers(data):
+        if marker in _FRAMES and start + 9 < len(data):
+            components = data[start + 9]  # FF Cn, Lf(2) P(1) Y(2) X(2) Nf(1)
+        elif marker == 0xDA and start + 4 < len(data):
+            return data[start + 4] < components  # FF DA, Ls(2) Ns(1)
+    return False
 
 
 def _ends_early(data: bytes) -> bool:
@@ -564,7 +582,7 @@ def _ends_early(data: bytes) -> bool:
     is stepped over by its length: a Huffman table or a comment there may hold 0xFF 0xD9."""
     if data.endswith(_END_OF_IMAGE):
         return False
-    at = next((at for marker, at in _markers(data) if marker == 0xDA), 0)
+    at = next((at for marker, _, at in _markers(data) if marker == 0xDA), 0)
     if at == 0:
         return False  # no scan found where the headers say: Pillow's parser judged them
     while (found := _NEXT_MARKER.search(data, at)) is not None:

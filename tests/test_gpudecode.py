@@ -102,11 +102,15 @@ def test_screening_leaves_arithmetic_and_lossless_jpegs_to_the_cpu():
     """The JPEG engines take Huffman-coded DCT frames only; Pillow's libjpeg decodes the
     others, so the packers get them: a real arithmetic-coded photo and a real lossless one
     (libjpeg-turbo's, tests/data), and the start-of-frame marker of each such coding. An EXIF thumbnail's frame
-    (inside APP1) is not the image's."""
+    (inside APP1) is not the image's. A baseline one whose components come in scans of their
+    own goes there too (not known to be right on the GPU)."""
     limits = Limits()
     assert gpu_screen(DATA.joinpath("arithmetic.jpg").read_bytes(), "RGB", limits)[0] \
         == "arithmetic"
     assert gpu_screen(DATA.joinpath("huffman.jpg").read_bytes(), "RGB", limits)[0] is None
+    # the same photo, baseline still, its components in three scans (jpegtran -scans)
+    assert gpu_screen(DATA.joinpath("scans.jpg").read_bytes(), "RGB", limits)[0] \
+        == "scan_per_component"
     lossless = DATA.joinpath("lossless.jpg").read_bytes()  # its components RGB, as is usual
     # for lossless JPEGs (no colour transform): refused for that first
     assert gpu_screen(lossless, "RGB", limits)[0] == "color_rgb"

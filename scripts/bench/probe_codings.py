@@ -70,6 +70,19 @@ def scan_start(data: bytes) -> int:
     return at + 2 + int.from_bytes(data[at + 2:at + 4], "big")
 
 
+def numbered_from_zero(data: bytes) -> bytes:
+    """A 3-component baseline JPEG with its components' ids 1, 2, 3 made 0, 1, 2 in its frame
+    and scan headers (ids are only names: libjpeg decodes the same pixels)."""
+    out = bytearray(data)
+    frame = data.index(b"\xff\xc0") + 10  # FF C0, Lf(2), P, Y(2), X(2), Nf: the first id
+    for k in range(3):
+        out[frame + 3 * k] -= 1
+    scan = data.index(b"\xff\xda") + 5  # FF DA, Ls(2), Ns: the first id
+    for k in range(3):
+        out[scan + 2 * k] -= 1
+    return bytes(out)
+
+
 def cases() -> dict[str, tuple[bytes, bytes | None]]:
     """name: (the JPEG, the intact JPEG whose pixels a damaged one is compared with)."""
     plain = jpeg(textured(1))
@@ -82,6 +95,13 @@ def cases() -> dict[str, tuple[bytes, bytes | None]]:
     for name in ("huffman", "arithmetic"):
         out[f"libjpeg-turbo {name}"] = ((ROOT / "tests" / "data" / f"{name}.jpg").read_bytes(),
                                         None)
+    # Valid codings rare in collections: a baseline JPEG in three scans of one component each
+    # (tests/data), extended sequential (SOF1: Pillow writes it for tables past 8 bits), and
+    # components numbered 0, 1, 2 (some encoders' way) instead of 1, 2, 3
+    out["baseline, a scan per component"] = ((ROOT / "tests" / "data" / "scans.jpg").read_bytes(),
+                                             None)
+    out["extended sequential (SOF1)"] = (jpeg(textured(7), qtables=[[300] * 64] * 2), None)
+    out["components numbered 0, 1, 2"] = (numbered_from_zero(jpeg(textured(8))), None)
     start = scan_start(plain)
     out["cut at 90%"] = (plain[:len(plain) * 9 // 10], plain)
     out["cut at 50%"] = (plain[:len(plain) // 2], plain)
