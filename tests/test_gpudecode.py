@@ -448,9 +448,9 @@ def test_a_probe_times_the_cpu_path_on_images_it_still_packs_for_the_gpu():
         assert np.array_equal(probed.images[1], plain.images[1])  # the PNG, decoded here
 
 
-def packed_batch(files, augment, arena=1 << 20):
+def packed_batch(files, augment, arena=1 << 20, mode="RGB"):
     """A host batch packed exactly as the workers would, without processes."""
-    cpu = Decoder(augment)
+    cpu = Decoder(augment, mode=mode)
     pool = BufferPool(1, len(files), cpu.out_shape, arena_bytes=arena)
     buf = pool.lease()
     packer = JpegPacker(cpu)
@@ -469,6 +469,7 @@ class PillowJpeg:
 
     name = "pillow"
     device = torch.device("cpu")
+    mode = "RGB"
 
     turns_upright = False  # as nvImageCodec and torchvision are asked to decode
 
@@ -478,7 +479,7 @@ class PillowJpeg:
             try:  # failing as nvJPEG does: RuntimeError
                 with Image.open(io.BytesIO(data.tobytes()), formats=("JPEG",)) as img:
                     img = ImageOps.exif_transpose(img) if self.turns_upright else img
-                    pixels = np.array(img.convert("RGB"))
+                    pixels = np.array(img.convert(self.mode)).reshape(img.height, img.width, -1)
             except (OSError, ValueError) as error:
                 raise RuntimeError(f"not decodable: {error}") from error
             images.append(torch.from_numpy(pixels).permute(2, 0, 1))
@@ -491,10 +492,12 @@ class UprightPillowJpeg(PillowJpeg):
     turns_upright = True
 
 
-def cpu_jpeg_decoder():
+def cpu_jpeg_decoder(mode: str = "RGB"):
     """libjpeg through Pillow in nvJPEG's place. Not torchvision.io.decode_jpeg: deprecated
     since torchvision 0.29."""
-    return [PillowJpeg()]
+    decoder = PillowJpeg()
+    decoder.mode = mode
+    return [decoder]
 
 
 class EnginePillow(PillowJpeg):
@@ -1485,12 +1488,25 @@ def test_every_gpu_decoder_matches_the_cpu_path(name, train):
                                           name)
 
 
-def assert_gpu_stage_matches_the_cpu_path(decoders, train: bool, name: str) -> None:
+@cuda
+@pytest.mark.parametrize("train", [True, False])
+def test_grey_batches_from_the_gpu_match_the_cpu_path(train):
+    """mode="L": colour JPEGs of every subsampling and grey ones of every sampling factor,
+    decoded into grey by the preferred GPU decoder, against the stage on the CPU (into grey,
+    nvImageCodec had only been asked for JPEGs alone: probe_codings.py's sweep)."""
+    decoders = available(torch.device("cuda"), "L", first=True)
+    if not decoders:
+        pytest.skip("no GPU JPEG decoder is installed here")
+    assert_gpu_stage_matches_the_cpu_path(decoders, train, decoders[0].name, mode="L")
+
+
+def assert_gpu_stage_matches_the_cpu_path(decoders, train: bool, name: str,
+                                          mode: str = "RGB") -> None:
     """`decoders` through the whole GPU stage on varied_jpegs(), twice (the second time into
     the images nvImageCodec kept), against the stage on the CPU with Pillow's full decode."""
     files = varied_jpegs()
-    buf, cpu = packed_batch(files, Augment.make(224, train), arena=32 << 20)
-    reference = GpuDecode(cpu, None, torch.device("cpu"), cpu_jpeg_decoder(),
+    buf, cpu = packed_batch(files, Augment.make(224, train), arena=32 << 20, mode=mode)
+    reference = GpuDecode(cpu, None, torch.device("cpu"), cpu_jpeg_decoder(mode),
                           crop="roi_align")(Packed(buf))[0]
     stage = GpuDecode(cpu, None, torch.device("cuda"), decoders)
     for _ in range(2):
