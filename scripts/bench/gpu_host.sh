@@ -52,7 +52,8 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR suspects  # what slows ResNet-18's training thread
 #                                 # on photos: the probe's rows, decoder pools, regions, ~8 min
 #   SAMPLE=walls.tgz bash scripts/bench/gpu_host.sh OUT_DIR check [photos|fixed]  # CPU and
-#                                 # GPU pixels compared (check_decode.py), and its tests, ~2 min
+#                                 # GPU pixels compared (check_decode.py), and the tests that
+#                                 # compare them, ~4 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR engines [photos|fixed]  # which JPEGs the hardware
 #                                 # engines refuse, what refusals cost a lane's batch, ~1 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR nvjpeg [photos|fixed]  # nvJPEG's engines called
@@ -891,7 +892,8 @@ engines() {  # KIND: which JPEGs the hardware engines refuse, and what refusals 
 
 check() {  # KIND: both decode paths' pixels (scripts/check_decode.py) on 2,048 images of a
   # made archive, then on SAMPLE (an archive of real images carried in: make_photo_sample.py)
-  # if given, then check_decode's tests; each report in OUT_DIR
+  # if given, then check_decode's tests and every test of GPU pixels against the CPU path's
+  # (each decoder and engine, grey batches); each report in OUT_DIR
   local archive="$data/$1-4096.tgz"
   ensure_archive "$archive" --sizes "$1" --images 4096
   python3 scripts/check_decode.py --data "$archive" --images 2048 --out "$out/check-$1.json" \
@@ -900,7 +902,7 @@ check() {  # KIND: both decode paths' pixels (scripts/check_decode.py) on 2,048 
     python3 scripts/check_decode.py --data "$SAMPLE" --images 0 --batch-size 8 \
       --out "$out/check-sample.json" 2>&1 | grep --line-buffered -v "$quiet" | tail -30
   fi
-  tests tests/test_gpudecode.py tests/test_scripts.py -k check_decode
+  tests tests/test_gpudecode.py tests/test_scripts.py -k "check_decode or match_the_cpu_path or matches_the_cpu_path"
 }
 
 case "$part" in
