@@ -525,6 +525,17 @@ def cpu_decoders(name):
     return available(torch.device("cpu"), "RGB", "nvimgcodec")  # its CPU backend
 
 
+@pytest.mark.parametrize("mode", ["RGB", "L"])
+@pytest.mark.parametrize("train", [False, True])
+def test_the_gpu_stage_with_nvimgcodecs_cpu_backend_matches_the_cpu_path(train, mode):
+    """The CUDA tests' varied photos (every subsampling, grey of every sampling factor, handed
+    over as 1x1, EXIF turns, camera files) through the GPU stage's code on the CPU, nvImageCodec's
+    CPU backend decoding: what the stage does around the decoder, where CI can see it."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    assert_gpu_stage_matches_the_cpu_path(available(torch.device("cpu"), mode, "nvimgcodec"),
+                                          train, "nvimgcodec", mode, device="cpu")
+
+
 @pytest.mark.parametrize("decoder", ["pillow", "nvimgcodec", "split"])
 @pytest.mark.parametrize("train", [False, True])
 def test_gpu_stage_geometry_matches_the_cpu_path(train, decoder):
@@ -1500,18 +1511,19 @@ def test_grey_batches_from_the_gpu_match_the_cpu_path(train):
     assert_gpu_stage_matches_the_cpu_path(decoders, train, decoders[0].name, mode="L")
 
 
-def assert_gpu_stage_matches_the_cpu_path(decoders, train: bool, name: str,
-                                          mode: str = "RGB") -> None:
+def assert_gpu_stage_matches_the_cpu_path(decoders, train: bool, name: str, mode: str = "RGB",
+                                          device: str = "cuda") -> None:
     """`decoders` through the whole GPU stage on varied_jpegs(), twice (the second time into
     the images nvImageCodec kept), against the stage on the CPU with Pillow's full decode."""
     files = varied_jpegs()
     buf, cpu = packed_batch(files, Augment.make(224, train), arena=32 << 20, mode=mode)
     reference = GpuDecode(cpu, None, torch.device("cpu"), cpu_jpeg_decoder(mode),
                           crop="roi_align")(Packed(buf))[0]
-    stage = GpuDecode(cpu, None, torch.device("cuda"), decoders)
+    stage = GpuDecode(cpu, None, torch.device(device), decoders)
     for _ in range(2):
         images, labels = stage(Packed(buf))
-        torch.cuda.synchronize()
+        if device == "cuda":
+            torch.cuda.synchronize()
         assert labels.tolist() == list(range(len(files)))
         for slot in range(len(files)):
             ours, theirs = images[slot].cpu().int(), reference[slot].int()
