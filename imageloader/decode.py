@@ -544,7 +544,9 @@ def gray_sampling_at(data: bytes) -> int | None:
     nvImageCodec 0.9, scripts/check_decode.py) the 36 grey ones with 2x1 or 2x2 factors
     (Pillow writes them when asked for subsampling) came 30-64 levels off Pillow's pixels, the
     two with 1x1 matched, and so did 1x1 ones of 22 widths (scripts/bench/probe_codings.py).
-    So the packers hand them over with 1x1 written in."""
+    Other decoders have had the same bug (SerenityOS's LibGfx, PRs 12664 and 22987: such files
+    are rare but real, e.g. `cjpeg -sample 2x2` of a grey image). So the packers hand them over
+    with 1x1 written in."""
     for marker, start, end in _markers(data):
         if marker in _FRAMES:
             # FF Cn, Lf(2) P(1) Y(2) X(2) Nf(1), then per component C(1) HV(1) Tq(1)
