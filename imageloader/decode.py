@@ -306,17 +306,18 @@ def gpu_screen(data: bytes, mode: str, limits: Limits, progressive_pixels: int =
         return Screen("progressive", img.size, progressive=True)
     if img.mode == "RGB" and JpegImagePlugin.get_sampling(img) == -1:
         return Screen("subsampling", img.size)
-    coding = _frame_coding(data)
+    headers = _headers(data)  # walked once for the three checks that read them
+    coding = _frame_coding(data, headers)
     if coding is not None:
         return Screen(coding, img.size)
-    if not progressive and _scan_per_component(data):
+    if not progressive and _scan_per_component(data, headers):
         return Screen("scan_per_component", img.size)
-    if _ends_early(data):
+    if _ends_early(data, headers):
         return Screen("no_end_marker", img.size)
     orientation = _orientation(img)  # outside 1-8: upright, as exif_transpose leaves it
     orientation = orientation if 1 <= orientation <= 8 else 1
     return Screen(None, img.size, orientation, _upright_size(img, orientation), progressive,
-                  gray_sampling_at(data) if img.mode == "L" else None)
+                  gray_sampling_at(data, headers) if img.mode == "L" else None)
 
 
 class ProgressiveRoute:
@@ -520,23 +521,41 @@ def _markers(data: bytes) -> Iterator[tuple[int, int, int]]:
             return
 
 
-def _frame_coding(data: bytes) -> str | None:
+class _Headers(NamedTuple):
+    """Where a JPEG's first frame header and its first scan header start (their 0xFF; -1: not
+    found), and where that scan's coded data begins (0: no scan found): _headers."""
+    frame: int = -1
+    scan: int = -1
+    coded: int = 0
+
+
+def _headers(data: bytes) -> _Headers:
+    """One walk of the marker segments before the first scan (_markers)."""
+    frame = -1
+    for marker, start, end in _markers(data):
+        if marker in _FRAMES and frame < 0:
+            frame = start
+        elif marker == 0xDA:
+            return _Headers(frame, start, end)
+    return _Headers(frame)
+
+
+def _frame_coding(data: bytes, headers: _Headers | None = None) -> str | None:
     """"lossless" or "arithmetic" where the frame is coded so, else None. The hardware JPEG
     engines refuse an arithmetic-coded photo; nvImageCodec's other backends then decode it
     inside the lane's call, which waits on their CPU thread, as for progressive ones (H200,
     scripts/bench/results/2026-11-30-h200-camera). Pillow's libjpeg decodes both: the packers
-    take them, rare as they are."""
-    for marker, _, _ in _markers(data):
-        if marker in _LOSSLESS_FRAMES:
-            return "lossless"
-        if marker in _ARITHMETIC_FRAMES:
-            return "arithmetic"
-        if marker in _FRAMES:
-            return None
+    take them, rare as they are. `headers`: _headers(data), if the caller has them."""
+    frame = (headers or _headers(data)).frame
+    marker = data[frame + 1] if frame >= 0 else None
+    if marker in _LOSSLESS_FRAMES:
+        return "lossless"
+    if marker in _ARITHMETIC_FRAMES:
+        return "arithmetic"
     return None
 
 
-def gray_sampling_at(data: bytes) -> int | None:
+def gray_sampling_at(data: bytes, headers: _Headers | None = None) -> int | None:
     """The offset of a one-component (grey) JPEG's sampling-factor byte in its frame header,
     where the factors are not 1x1; else None. A one-component scan is not interleaved: its
     units are 8x8 blocks whatever the factors say (ITU T.81, A.2.2), so libjpeg decodes the
@@ -546,33 +565,29 @@ def gray_sampling_at(data: bytes) -> int | None:
     two with 1x1 matched, and so did 1x1 ones of 22 widths (scripts/bench/probe_codings.py).
     Other decoders have had the same bug (SerenityOS's LibGfx, PRs 12664 and 22987: such files
     are rare but real, e.g. `cjpeg -sample 2x2` of a grey image). So the packers hand them over
-    with 1x1 written in."""
-    for marker, start, end in _markers(data):
-        if marker in _FRAMES:
-            # FF Cn, Lf(2) P(1) Y(2) X(2) Nf(1), then per component C(1) HV(1) Tq(1)
-            whole = end - start == 13 and end <= len(data)
-            if whole and data[start + 9] == 1 and data[start + 11] != 0x11:
-                return start + 11
-            return None
-    return None
+    with 1x1 written in. `headers`: _headers(data), if the caller has them."""
+    frame = (headers or _headers(data)).frame
+    # FF Cn, Lf(2) P(1) Y(2) X(2) Nf(1), then per component C(1) HV(1) Tq(1)
+    if frame < 0 or int.from_bytes(data[frame + 2:frame + 4], "big") != 11 \
+            or frame + 13 > len(data):
+        return None
+    return frame + 11 if data[frame + 9] == 1 and data[frame + 11] != 0x11 else None
 
 
-def _scan_per_component(data: bytes) -> bool:
+def _scan_per_component(data: bytes, headers: _Headers | None = None) -> bool:
     """Whether the first scan of a JPEG codes fewer components than its frame has: a
     sequential JPEG whose components come in scans of their own (`jpegtran -scans`; rare)
     rather than one interleaved scan. Not known to be decoded right on the GPU (the decoders
     got grey JPEGs' units wrong where the header spoke of interleaving, gray_sampling_at;
-    scripts/bench/probe_codings.py asks them), so the packers take these."""
-    components = 0
-    for marker, start, end in _markers(data):
-        if marker in _FRAMES and start + 9 < len(data):
-            components = data[start + 9]  # FF Cn, Lf(2) P(1) Y(2) X(2) Nf(1)
-        elif marker == 0xDA and start + 4 < len(data):
-            return data[start + 4] < components  # FF DA, Ls(2) Ns(1)
-    return False
+    scripts/bench/probe_codings.py asks them), so the packers take these. `headers`:
+    _headers(data), if the caller has them."""
+    frame, scan, _ = headers or _headers(data)
+    # FF Cn, Lf(2) P(1) Y(2) X(2) Nf(1); FF DA, Ls(2) Ns(1)
+    components = data[frame + 9] if 0 <= frame < len(data) - 9 else 0
+    return 0 <= scan < len(data) - 4 and data[scan + 4] < components
 
 
-def _ends_early(data: bytes) -> bool:
+def _ends_early(data: bytes, headers: _Headers | None = None) -> bool:
     """Whether a JPEG has no end-of-image marker after its first scan's coded data: a file cut
     short. Pillow refuses it as truncated, while every GPU decoder hands back an image whose
     rows past the cut are gray or another image's (probe_codings.py; H200,
@@ -581,10 +596,11 @@ def _ends_early(data: bytes) -> bool:
     the markers after the first scan are walked to the end marker, whatever follows it (a
     phone's trailer, padding). Coded data holds no marker but restarts (a 0xFF there is
     followed by 0 or a restart marker), and each segment between a progressive JPEG's scans
-    is stepped over by its length: a Huffman table or a comment there may hold 0xFF 0xD9."""
+    is stepped over by its length: a Huffman table or a comment there may hold 0xFF 0xD9.
+    `headers`: _headers(data), if the caller has them."""
     if data.endswith(_END_OF_IMAGE):
         return False
-    at = next((at for marker, _, at in _markers(data) if marker == 0xDA), 0)
+    at = (headers or _headers(data)).coded
     if at == 0:
         return False  # no scan found where the headers say: Pillow's parser judged them
     while (found := _NEXT_MARKER.search(data, at)) is not None:

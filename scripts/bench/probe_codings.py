@@ -8,8 +8,9 @@ Cases: a plain 4:2:0 photo (the yardstick); RGB-coded (an Adobe marker's transfo
 same file with that segment made a comment, so that the component names R, G, B decide);
 libjpeg-turbo's arithmetic-coded test image and its Huffman twin (tests/data); a photo cut at
 90% and at 50% of its bytes, without its end-of-image marker only, with 64 bytes in the middle
-of its scan overwritten, and with a Huffman table whose code counts are impossible; grey
-JPEGs of five widths (the screen sends every grey one to the packers). For each
+of its scan overwritten, and with a Huffman table whose code counts are impossible; a
+baseline JPEG with a scan per component, an extended-sequential one (SOF1), one whose
+components are numbered from 0; grey JPEGs of five widths (1x1 sampling factors). For each
 case: what `decode.gpu_screen` says, what Pillow does (as the CPU path decodes: `decode.py`
 skips what raises), and per decoder, alone and as one image in a batch of 7 plain ones:
 decoded (the mean absolute difference from Pillow's pixels where Pillow decodes it, or from
