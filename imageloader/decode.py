@@ -306,12 +306,10 @@ def gpu_screen(data: bytes, mode: str, limits: Limits, progressive_pixels: int =
         return Screen("progressive", img.size, progressive=True)
     if img.mode == "RGB" and JpegImagePlugin.get_sampling(img) == -1:
         return Screen("subsampling", img.size)
-    headers = _headers(data)  # walked once for the three checks that read them
+    headers = _headers(data)  # walked once for the checks that read them
     coding = _frame_coding(data, headers)
     if coding is not None:
         return Screen(coding, img.size)
-    if not progressive and _scan_per_component(data, headers):
-        return Screen("scan_per_component", img.size)
     if _ends_early(data, headers):
         return Screen("no_end_marker", img.size)
     orientation = _orientation(img)  # outside 1-8: upright, as exif_transpose leaves it
@@ -522,10 +520,9 @@ def _markers(data: bytes) -> Iterator[tuple[int, int, int]]:
 
 
 class _Headers(NamedTuple):
-    """Where a JPEG's first frame header and its first scan header start (their 0xFF; -1: not
-    found), and where that scan's coded data begins (0: no scan found): _headers."""
+    """Where a JPEG's first frame header starts (its 0xFF; -1: not found), and where its first
+    scan's coded data begins (0: no scan found): _headers."""
     frame: int = -1
-    scan: int = -1
     coded: int = 0
 
 
@@ -536,7 +533,7 @@ def _headers(data: bytes) -> _Headers:
         if marker in _FRAMES and frame < 0:
             frame = start
         elif marker == 0xDA:
-            return _Headers(frame, start, end)
+            return _Headers(frame, end)
     return _Headers(frame)
 
 
@@ -559,10 +556,12 @@ def gray_sampling_at(data: bytes, headers: _Headers | None = None) -> int | None
     """The offset of a one-component (grey) JPEG's sampling-factor byte in its frame header,
     where the factors are not 1x1; else None. A one-component scan is not interleaved: its
     units are 8x8 blocks whatever the factors say (ITU T.81, A.2.2), so libjpeg decodes the
-    same pixels with 1x1 written there. The GPU decoders do not: of 2,048 made photos (H100,
-    nvImageCodec 0.9, scripts/check_decode.py) the 36 grey ones with 2x1 or 2x2 factors
+    same pixels with 1x1 written there. The hardware JPEG engines do not: of 2,048 made photos
+    (H100, nvImageCodec 0.9, scripts/check_decode.py) the 36 grey ones with 2x1 or 2x2 factors
     (Pillow writes them when asked for subsampling) came 30-64 levels off Pillow's pixels, the
-    two with 1x1 matched, and so did 1x1 ones of 22 widths (scripts/bench/probe_codings.py).
+    two with 1x1 matched. probe_codings.py's sweep: the engines (and "all", which tries them
+    first) 43-127 levels off at every width with 2x2 or 2x1, right with 1x1 written in; the
+    CUDA and hybrid backends right either way.
     Other decoders have had the same bug (SerenityOS's LibGfx, PRs 12664 and 22987: such files
     are rare but real, e.g. `cjpeg -sample 2x2` of a grey image). So the packers hand them over
     with 1x1 written in. `headers`: _headers(data), if the caller has them."""
@@ -572,19 +571,6 @@ def gray_sampling_at(data: bytes, headers: _Headers | None = None) -> int | None
             or frame + 13 > len(data):
         return None
     return frame + 11 if data[frame + 9] == 1 and data[frame + 11] != 0x11 else None
-
-
-def _scan_per_component(data: bytes, headers: _Headers | None = None) -> bool:
-    """Whether the first scan of a JPEG codes fewer components than its frame has: a
-    sequential JPEG whose components come in scans of their own (`jpegtran -scans`; rare)
-    rather than one interleaved scan. Not known to be decoded right on the GPU (the decoders
-    got grey JPEGs' units wrong where the header spoke of interleaving, gray_sampling_at;
-    scripts/bench/probe_codings.py asks them), so the packers take these. `headers`:
-    _headers(data), if the caller has them."""
-    frame, scan, _ = headers or _headers(data)
-    # FF Cn, Lf(2) P(1) Y(2) X(2) Nf(1); FF DA, Ls(2) Ns(1)
-    components = data[frame + 9] if 0 <= frame < len(data) - 9 else 0
-    return 0 <= scan < len(data) - 4 and data[scan + 4] < components
 
 
 def _ends_early(data: bytes, headers: _Headers | None = None) -> bool:

@@ -103,14 +103,13 @@ def test_screening_leaves_arithmetic_and_lossless_jpegs_to_the_cpu():
     others, so the packers get them: a real arithmetic-coded photo and a real lossless one
     (libjpeg-turbo's, tests/data), and the start-of-frame marker of each such coding. An EXIF thumbnail's frame
     (inside APP1) is not the image's. A baseline one whose components come in scans of their
-    own goes there too (not known to be right on the GPU)."""
+    own goes to the GPU (every GPU decoder got it right: probe_codings.py, H100)."""
     limits = Limits()
     assert gpu_screen(DATA.joinpath("arithmetic.jpg").read_bytes(), "RGB", limits)[0] \
         == "arithmetic"
     assert gpu_screen(DATA.joinpath("huffman.jpg").read_bytes(), "RGB", limits)[0] is None
     # the same photo, baseline still, its components in three scans (jpegtran -scans)
-    assert gpu_screen(DATA.joinpath("scans.jpg").read_bytes(), "RGB", limits)[0] \
-        == "scan_per_component"
+    assert gpu_screen(DATA.joinpath("scans.jpg").read_bytes(), "RGB", limits)[0] is None
     lossless = DATA.joinpath("lossless.jpg").read_bytes()  # its components RGB, as is usual
     # for lossless JPEGs (no colour transform): refused for that first
     assert gpu_screen(lossless, "RGB", limits)[0] == "color_rgb"
@@ -1457,7 +1456,7 @@ def varied_jpegs() -> list[bytes]:
     """Photos as collections hold them: sizes from tiny to 5 MP, every chroma subsampling,
     grayscale, EXIF orientations (a camera's portrait and upside-down shots, a mirror), and
     what cameras and phones write besides: a multi-picture file, an EXIF thumbnail, restart
-    markers (conftest.camera_jpeg)."""
+    markers (conftest.camera_jpeg), and a baseline JPEG with a scan per component."""
     specs = [((64, 48), 2, 1), ((500, 375), 2, 1), ((375, 500), 1, 1), ((333, 251), 0, 1),
              ((2600, 1950), 2, 1), ((1700, 2400), 0, 1), ((97, 301), 1, 1), ((250, 250), 2, 1),
              ((640, 427), 2, 6), ((480, 360), 2, 8), ((300, 200), 0, 3), ((427, 320), 1, 5)]
@@ -1475,6 +1474,8 @@ def varied_jpegs() -> list[bytes]:
         main = Image.open(io.BytesIO(photo(seed, (448, 336), fmt="PNG")))
         other = Image.open(io.BytesIO(photo(seed + 10, (160, 120), fmt="PNG")))
         files.append(camera_jpeg(kind, main, other))
+    # libjpeg-turbo's: a baseline JPEG whose components come in a scan each (jpegtran -scans)
+    files.append(DATA.joinpath("scans.jpg").read_bytes())
     return files
 
 
