@@ -276,6 +276,39 @@ def test_bench_dali_runs_dalis_recipe_on_the_extracted_archive(monkeypatch, tmp_
     assert results["classes"] == 10 and results["loader"][0]["img_per_s"] > 0
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_traced_steps_are_marked_so_that_plot_timeline_reads_their_host_time(
+        monkeypatch, tmp_path, device):
+    """bench.trace_steps (bench.py --trace, bench_dali.py --trace): `warmup` batches untimed,
+    then each traced step a ProfilerStep# range in order, which plot_timeline.host_summary
+    reads as train_resnet.py's traces, with the step's own ops inside (on CUDA, the GPU's
+    kernels too)."""
+    import torch
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    bench = load_script("bench", monkeypatch)
+    timeline = load_script("plot_timeline", monkeypatch)
+    weights = torch.randn(64, 64, device=device)
+    stepped = []
+
+    class Trainer:
+        def step(self, images, labels):
+            stepped.append(int(labels[0]))
+            (images @ weights).relu_().sum()
+
+    batches = ((torch.randn(32, 64, device=device), torch.tensor([i])) for i in range(100))
+    path = tmp_path / "trace.json"
+    bench.trace_steps(Trainer(), batches, str(path), steps=3, warmup=2)
+    assert stepped == [0, 1, 2, 3, 4]
+    trace = json.loads(path.read_text())
+    summary = timeline.host_summary(trace, 20)
+    assert [name for name, _ in summary["steps_ms"]] == [f"ProfilerStep#{i}" for i in range(3)]
+    assert all(ms > 0 for _, ms in summary["steps_ms"])
+    assert ("aten::mm", 3) in {(name, count) for name, _, count in summary["top_ops"]}
+    if device == "cuda":
+        assert any(e.get("cat") == "kernel" for e in timeline.trace_events(trace))
+
+
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
 def test_probe_counts_cpu_by_python_thread_name_and_nices_its_busy_threads(monkeypatch):
     """probe_host_threads: a busy Python thread's CPU is found under its own name (the kernel

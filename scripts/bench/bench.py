@@ -543,8 +543,11 @@ def run_ours(trainer, archive, args, prefetch: int, model: str, decode: str = "c
             decode, lanes, large, args.cpu_share)
         if args.trace and (prefetch in (0, 2) if decode == "cpu" else True):
             kind = "" if decode == "cpu" else f"-{decode}"
-            trace_steps(trainer, loader,
-                        args.trace.replace(".json", f"{kind}-p{prefetch}-{model}.json"))
+            # GPU decoding traced past --warmup: "auto"'s trial runs over its first ~110
+            # batches, and the lanes' first calls are slow; the CPU path is steady in a few
+            trace_steps(trainer, forever(loader),
+                        args.trace.replace(".json", f"{kind}-p{prefetch}-{model}.json"),
+                        warmup=4 if decode == "cpu" else args.warmup)
         result = timed_training(trainer, forever(loader), args, label)
         result["fallbacks"] = dict(loader.stats.fallbacks)
         result["exposed_copy_ms_median"] = exposed_copy_ms(loader)
@@ -572,17 +575,23 @@ def trial_stats(loader) -> dict:
             "cpu_bound": stats.cpu_bound, "cpu_large": stats.cpu_large}
 
 
-def trace_steps(trainer, loader, path: str, steps: int = 6) -> None:
-    """A chrome trace of a few training steps (after warm-up): copies vs compute streams."""
-    from torch.profiler import ProfilerActivity, profile
-    it = iter(loader)
-    for _ in range(4):
+def trace_steps(trainer, batches, path: str, steps: int = 6, warmup: int = 4) -> None:
+    """A chrome trace of a few training steps after `warmup` untimed ones: copies vs compute
+    streams. Each step, its batch's wait included, is a range named ProfilerStep#i, as
+    torch.profiler's schedule names them in train_resnet.py's traces, so that
+    plot_timeline.py --host reads the steps' host time from either."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+    cuda = torch.cuda.is_available()  # without: the host side alone (the tests' CPU run)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    it = iter(batches)
+    for _ in range(warmup):
         trainer.step(*next(it))
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            trainer.step(*next(it))
-        torch.cuda.synchronize()
+    sync()
+    with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda) as prof:
+        for step in range(steps):
+            with record_function(f"ProfilerStep#{step}"):
+                trainer.step(*next(it))
+        sync()
     prof.export_chrome_trace(path)
     print(f"trace of {steps} steps written to {path}", flush=True)
 

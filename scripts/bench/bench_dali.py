@@ -43,6 +43,10 @@ def get_args_parser():
     p.add_argument("--steps", type=int, default=80, help="timed training steps")
     p.add_argument("--max-seconds", type=float, default=12.0, help="cap on a timed region")
     p.add_argument("--out", help="write the rows as JSON here")
+    p.add_argument("--trace", help="also write profiler traces of 6 training steps per model, "
+                   "fed by DALI and with the data on the GPU: PATH.json -> "
+                   "PATH-dali-MODEL.json, PATH-ceiling-MODEL.json (plot_timeline.py "
+                   "--compare; bench.py --trace writes ours)")
     from bench import add_step_priority
     add_step_priority(p)
     return p
@@ -98,6 +102,18 @@ def loader_alone(batches, args) -> dict:
     return {"recipe": label, "img_per_s": rate}
 
 
+def trace_both(trainer, ceiling, fed, args, model: str) -> None:
+    """The same steps traced with the data on the GPU and fed by DALI (past --warmup, as
+    bench.py traces ours): where the fed steps' host time goes beside DALI's threads, to set
+    beside where it goes beside ours (results/2026-11-27-h200-twolanes: 19-20 ms a step
+    grew to 25-42 ms, fed by our lanes)."""
+    from bench import trace_steps
+    trace_steps(trainer, ceiling, args.trace.replace(".json", f"-ceiling-{model}.json"),
+                warmup=20)
+    trace_steps(trainer, fed, args.trace.replace(".json", f"-dali-{model}.json"),
+                warmup=args.warmup)
+
+
 def main(args) -> dict:
     from imageloader.gpujpeg import _load_nvjpeg_wheel
     _load_nvjpeg_wheel()  # DALI's nvImageCodec finds libnvjpeg by name, as ours does
@@ -113,7 +129,10 @@ def main(args) -> dict:
         from bench import Trainer, ceiling_batches, timed_training
         trainer = Trainer(model, len(classes))
         ceiling = timed_training(trainer, ceiling_batches(args, len(classes)), args, "ceiling")
-        ours = timed_training(trainer, dali_batches(root, args, device_id), args,
+        fed = dali_batches(root, args, device_id)
+        if args.trace:
+            trace_both(trainer, ceiling_batches(args, len(classes)), fed, args, model)
+        ours = timed_training(trainer, fed, args,
                               f"DALI {args.device} decode, {args.threads} threads")
         ours["pct_of_ceiling"] = 100 * ours["img_per_s"] / ceiling["img_per_s"]
         print(f"{model}: DALI at {ours['pct_of_ceiling']:.1f}% of data on the GPU", flush=True)

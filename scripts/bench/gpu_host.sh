@@ -14,7 +14,8 @@
 #   bash scripts/bench/gpu_host.sh OUT_DIR remote    # one archive from disk and over HTTP, ~3 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR decoders  # GPU JPEG decoders alone, lanes, ~4 min
 #   bash scripts/bench/gpu_host.sh OUT_DIR dali photos   # NVIDIA DALI beside ours, same
-#   bash scripts/bench/gpu_host.sh OUT_DIR dali fixed    # archive and host, ~5 min each
+#   bash scripts/bench/gpu_host.sh OUT_DIR dali fixed    # archive and host, ~5 min each;
+#                                 # TRACE=1: and 6 steps of each model traced, fed by each
 #   bash scripts/bench/gpu_host.sh OUT_DIR lanes photos  # GPU decoding in two split lanes
 #   bash scripts/bench/gpu_host.sh OUT_DIR lanes fixed   # (the default) vs one, ~4-5 min each
 #   bash scripts/bench/gpu_host.sh OUT_DIR trial     # does decode="auto" keep the faster? ~7 min
@@ -320,16 +321,32 @@ dali() {  # DALI (bench_dali.py) and ours (bench.py, the defaults) on one 16,000
   fi
   export PYTHONPATH="$PYTHONPATH:$site"
   ensure_archive "$archive" --sizes "$kind" --images 16000
+  # TRACE=1: also 6 steps of each model traced, fed by DALI, by ours and with the data on the
+  # GPU, and each fed trace set beside that one (compare_steps): where the fed steps' host
+  # time goes beside DALI's threads and beside ours
+  local work=$(mktemp -d) dali_trace=() ours_trace=()
+  [ "${TRACE:-0}" = 1 ] && dali_trace=(--trace "$work/dali.json") ours_trace=(--trace "$work/ours.json")
   # Timed windows of 6 s: 80 steps of ResNet-18 (~1.6 s) read up to ~6 points apart. 200
   # untimed steps: decode="auto" times both paths on ~110 batches of an epoch (see trial); with
   # 100, ResNet-18's window held its trial (photos 74.2% against 94.2% after it, 2026-11-27).
   python3 $here/bench_dali.py --archive "$archive" --models resnet18,resnet50 --warmup 200 \
-    --steps 2000 --max-seconds 6 --out "$out/dali-$kind.json" 2>&1 | grep --line-buffered -v "$quiet" \
-    | grep -v "^Note:\|Failed to load" | tee "$out/dali-$kind.log" | tail -8
+    --steps 2000 --max-seconds 6 --out "$out/dali-$kind.json" "${dali_trace[@]}" 2>&1 \
+    | grep --line-buffered -v "$quiet" | grep -v "^Note:\|Failed to load" \
+    | tee "$out/dali-$kind.log" | tail -8
   python3 $here/bench.py --archive "$archive" --shards 0 --models resnet18,resnet50 \
     --recipes ceiling,ours,loader --decode auto --warmup 200 --steps 2000 --max-seconds 6 \
-    --out "$out/ours-$kind.json" 2>&1 | grep --line-buffered -v "$quiet" \
+    --out "$out/ours-$kind.json" "${ours_trace[@]}" 2>&1 | grep --line-buffered -v "$quiet" \
     | tee "$out/ours-$kind.log" | tail -9
+  local fed model
+  for fed in $(ls "$work"/dali-dali-*.json "$work"/ours-*.json 2>/dev/null); do
+    model=${fed##*-} model=${model%.json}
+    compare_steps "$work/dali-ceiling-$model.json" "$fed" "$(basename "$fed" .json)" \
+      "$out/trace-$kind-$(basename "$fed" .json)" "$model, 6 steps ($kind)"
+    gzip -c "$fed" > "$out/trace-$kind-$(basename "$fed" .json).json.gz"
+  done
+  for fed in $(ls "$work"/dali-ceiling-*.json 2>/dev/null); do
+    gzip -c "$fed" > "$out/trace-$kind-$(basename "$fed" .json).json.gz"
+  done
 }
 
 trial() {  # decode="auto" (its trial's choice) against both paths fixed, on each data kind:
@@ -820,13 +837,18 @@ profile() {  # KIND: where ResNet-18's steps go when the loader feeds it, on one
     gzip -c "$work/$run/trace.json" > "$out/trace-$kind-$run.json.gz"
   done
   for run in $(echo ${PROFILE_RUNS:-ceiling one two} | tr ' ' '\n' | grep -v ceiling); do
-    python3 $here/plot_timeline.py "$work/ceiling/trace.json" --compare "$work/$run/trace.json" \
-      --top 8 --host 8 --threads 8 --blocked 10 --labels "data on the GPU" "fed, lanes: $run" \
-      --out "$out/profile-$kind-$run.png" --title "${ARCH:-resnet18} steps 40-44 ($kind)" \
-      > "$out/profile-$kind-$run.log" 2>&1
-    grep -E '^==|nothing on it|in all|host: steps|cudaLaunchKernel |launch|      ' \
-      "$out/profile-$kind-$run.log"
+    compare_steps "$work/ceiling/trace.json" "$work/$run/trace.json" "fed, lanes: $run" \
+      "$out/profile-$kind-$run" "${ARCH:-resnet18} steps 40-44 ($kind)"
   done
+}
+
+compare_steps() {  # CEILING_TRACE FED_TRACE FED_LABEL OUT_BASE TITLE: plot_timeline.py's
+  # summary of fed steps against the same steps with the data on the GPU (GPU time per
+  # stream, top kernels, the steps' host time, the longest launches and what other threads
+  # were in as each ended), OUT_BASE.png and .log; its main lines printed
+  python3 $here/plot_timeline.py "$1" --compare "$2" --top 8 --host 8 --threads 8 \
+    --blocked 10 --labels "data on the GPU" "$3" --out "$4.png" --title "$5" > "$4.log" 2>&1
+  grep -E '^==|nothing on it|in all|host: steps|cudaLaunchKernel |launch|      ' "$4.log"
 }
 
 suspects() {  # what slows ResNet-18's training thread when the loader feeds it photos
