@@ -36,7 +36,9 @@ _FORMAT = "imageloader.classes/10"  # 2: with regions (index.py); 3: with splits
 # names with a number after them (train2017); 7: and with a companion word (training_set);
 # 8: members that are archives counted as "archive", not "not_image"; 9: class names found
 # in several places and inside others (ClassPlaces); 10: class names composed
-# (read.class_name)
+# (read.class_name). Since 2026-12-07 "shared" and "nested" name the folders above class
+# folders as the archive has them (with split folders), older sidecars of 10 their places:
+# only the warnings' text reads them, so both serve
 
 
 class Vocabulary:
@@ -147,14 +149,19 @@ class ClassPlaces:
       domains (PACS's art_painting/dog and photo/dog), wrong for a hierarchy (SUN397's and
       Places365's a/apartment_building/outdoor and c/church/outdoor, one class "outdoor");
     - a class folder inside another's (nested): cat/extra/x.jpg is class "extra", not cat.
-    Only the user knows which is meant, so scans keep them to say so."""
+    Only the user knows which is meant, so scans keep them to say so. Places leave split
+    folders out (train/dog and val/dog are one class in two splits), but what is reported
+    is the folder that holds the class folder as the archive has it (data/train/a, not
+    data/a): the first one met in each place, so the user finds it."""
 
     KEPT = 100  # places kept per name: enough to show, bounded for an archive of odd folders
     FOLDERS_KNOWN = 1 << 16
 
     def __init__(self):
-        self._first: dict[str, str] = {}  # each class's first place: no set for most classes
-        self._places: dict[str, set[str]] = {}
+        # each class's first place and the folder above its class folder there: no dict of
+        # places for most classes
+        self._first: dict[str, tuple[str, str]] = {}
+        self._places: dict[str, dict[str, str]] = {}  # label -> {place: its folder}
         self._known: dict[str, str] = {}  # folder -> place: a scan meets each folder often
 
     def add(self, label: str, name: str) -> None:
@@ -164,26 +171,39 @@ class ClassPlaces:
             place = class_place(name)
             if len(self._known) < self.FOLDERS_KNOWN:
                 self._known[folder] = place
-        first = self._first.setdefault(label, place)
-        if place != first:
-            places = self._places.setdefault(label, {first})
+        first = self._first.get(label)
+        if first is None:  # (a scan calls this for every member: nothing made past here)
+            self._first[label] = (place, folder.rpartition("/")[0])
+        elif place != first[0]:
+            places = self._places.setdefault(label, self._places_of(label))
             if len(places) < self.KEPT:
-                places.add(place)
+                places.setdefault(place, folder.rpartition("/")[0])
+
+    def _places_of(self, label: str) -> dict[str, str]:
+        """{place: the folder that holds the class folder there} for a class (none for a
+        name that is no class)."""
+        if label in self._places:
+            return self._places[label]
+        first = self._first.get(label)
+        return {} if first is None else {first[0]: first[1]}
 
     def shared(self) -> dict[str, list[str]]:
-        """{class name: its places, sorted} for the names found in more than one place."""
-        return {label: sorted(places) for label, places in sorted(self._places.items())}
+        """{class name: the folders that hold its class folders, one per place, in the order
+        of their places} for the names found in more than one place."""
+        return {label: [places[place] for place in sorted(places)]
+                for label, places in sorted(self._places.items())}
 
     def nested(self) -> dict[str, str]:
         """{class name: the folder of another class that holds its folder}: cat/extra/x.jpg
-        beside cat/y.jpg -> {"extra": "cat"}."""
+        beside cat/y.jpg -> {"extra": "cat"}; train/cat/extra/x.jpg beside train/cat/y.jpg
+        -> {"extra": "train/cat"}."""
         found = {}
-        for label, first in sorted(self._first.items()):
-            for place in sorted(self._places.get(label, {first})):
+        for label in sorted(self._first):
+            places = self._places_of(label)
+            for place in sorted(places):
                 parent, _, folder = place.rpartition("/")
-                holder = self._places.get(folder, {self._first.get(folder)})
-                if folder != label and parent in holder:
-                    found[label] = place
+                if folder != label and parent in self._places_of(folder):
+                    found[label] = places[place]
                     break
         return found
 
