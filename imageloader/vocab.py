@@ -244,10 +244,12 @@ def nested_classes_message(archive: str, nested: Mapping[str, str]) -> str:
 # A URL shard's first image is looked for in its first bytes only: one small request per
 # shard, beside the one that asks its size. Headers come first, and an image's header is
 # in the first block of a shard that starts with it; a shard that starts with another file
-# (a README, a license) gets one more request, of PEEK_MORE_BYTES; one that starts with a
-# larger file of another kind is left to its reader.
+# (a README, a license) gets one more request, of PEEK_MORE_BYTES. Past that, a plain tar's
+# headers are walked by seeking, one request of a header each, up to PEEK_HEADERS of them;
+# a compressed shard that starts with a larger file of another kind is left to its reader.
 PEEK_BYTES = 64 << 10
 PEEK_MORE_BYTES = 1 << 20
+PEEK_HEADERS = 16
 
 
 def refuse_two_splits(sources: list[Source], limits: Limits) -> None:
@@ -257,7 +259,7 @@ def refuse_two_splits(sources: list[Source], limits: Limits) -> None:
     loader given its classes may be meant to start without a pass over a large archive.
     Shards without a sidecar are told by their first image (shards are usually one split
     each, and each may go to a reader of its own); a URL's, from its first PEEK_BYTES, one
-    small request (or two: _first_image_named). The readers refuse a second split when they
+    small request (or a few more: _first_image_named). The readers refuse a second split when they
     meet one (workers._chain_members): within a stream, or a shard."""
     paths = [os.fspath(source) for source in sources if not hasattr(source, "read")]
     scans = {path: _fresh_sidecar(path) for path in paths}
@@ -297,7 +299,8 @@ def _first_image(path: str, limits: Limits) -> str | None:
 
 def _first_image_named(url: str) -> str | None:
     """The name of the first member with an image's extension among the headers in a URL's
-    first PEEK_BYTES, or if none is there (and the URL holds more), its first PEEK_MORE_BYTES.
+    first PEEK_BYTES, or if none is there (and the URL holds more), its first PEEK_MORE_BYTES,
+    and past them, in a plain tar, its next PEEK_HEADERS headers (_first_image_past).
     tarfile's stream mode gives a header without its data; read.iter_members gives a member
     only once its data is all there, and these bytes usually cut the first image."""
     for size in (PEEK_BYTES, PEEK_MORE_BYTES):
@@ -308,7 +311,58 @@ def _first_image_named(url: str) -> str | None:
         name = _first_image_in(head)
         if name is not None or len(head) < size:
             return name
+    return _first_image_past(url, head) if head[257:262] == b"ustar" else None
+
+
+def _first_image_past(url: str, head: bytes) -> str | None:
+    """The first image member of a plain tar at a URL whose first bytes (`head`) hold none:
+    tarfile walks its headers over _RangedHead, stepping over each member's data, for at
+    most PEEK_HEADERS headers past `head` (a compressed shard cannot be stepped over)."""
+    walked = 0
+    try:
+        with tarfile.open(fileobj=_RangedHead(url, head), mode="r:") as tar:
+            while walked < PEEK_HEADERS and (info := tar.next()) is not None:
+                if info.isfile() and has_image_extension(info.name):
+                    return info.name
+                walked += info.offset >= len(head)
+    except (tarfile.TarError, EOFError, OSError):  # its reader says what is wrong
+        pass
     return None
+
+
+class _RangedHead:
+    """A URL's bytes as a file for tarfile to walk headers in: the first bytes, already read,
+    from memory, and a read past them one ranged request of a piece from where it starts
+    (PIECE, or more if asked). tarfile reads the byte before a header, then the header: one
+    request serves both. The data it seeks over is never fetched."""
+
+    PIECE = 2048
+
+    def __init__(self, url: str, head: bytes):
+        self.url, self.head, self.at = remote.as_url(url), head, 0
+        self.size = remote.stamp(self.url)["bytes"]
+        self.piece = (0, head)  # the last piece fetched: where it starts, its bytes
+
+    def read(self, n: int) -> bytes:
+        end = min(self.size, self.at + n)
+        for start, data in ((0, self.head), self.piece):
+            if start <= self.at and end <= start + len(data):
+                break
+        else:
+            start = self.at
+            data = remote.fetch(self.url, start, min(self.size, start + max(n, self.PIECE)))
+            self.piece = (start, data)
+        data = data[self.at - start:end - start]
+        self.at += len(data)
+        return data
+
+    def seek(self, at: int, whence: int = io.SEEK_SET) -> int:
+        self.at = at if whence == io.SEEK_SET else self.at + at if whence == io.SEEK_CUR \
+            else self.size + at
+        return self.at
+
+    def tell(self) -> int:
+        return self.at
 
 
 def _first_image_in(head: bytes) -> str | None:

@@ -312,6 +312,41 @@ def test_given_classes_do_not_mix_url_shards_of_two_splits(tmp_path):
         server.close()
 
 
+def test_a_plain_tar_url_shard_is_told_by_its_headers_past_a_large_first_file(tmp_path):
+    """A plain .tar URL shard that starts with a file larger than both first requests (a
+    3 MiB README) is told by walking its headers with ranged requests, its data stepped over
+    (a few KiB more, not the file): beside a val shard it is refused before the first batch,
+    naming its first image. One whose headers past those bytes are all non-images, more of
+    them than PEEK_HEADERS, is left to its reader, as a compressed one is."""
+    root = tmp_path / "www"
+    root.mkdir()
+    rng = random.Random(1)
+    readme = [("t/train/README.bin", rng.randbytes(3 << 20))]
+    images = [(f"t/train/c{i % 3}/p-{i:02d}.png", noise_png(rng, 1024)) for i in range(6)]
+    notes = [(f"t/train/notes/{i:02d}.txt", b"n" * 600) for i in range(vocab.PEEK_HEADERS + 4)]
+    write_archive(root / "plain.tar", readme + images, compress=False)
+    write_archive(root / "deep.tar", readme + notes + images, compress=False)
+    write_archive(root / "val.tgz", [(f"t/val/c{i % 3}/v-{i:02d}.png", noise_png(rng, 1024))
+                                     for i in range(6)])
+    server = range_server(str(root))
+    plain, deep, val = (f"{server.url}/{name}" for name in ("plain.tar", "deep.tar", "val.tgz"))
+    settings = dict(vocab=["c0", "c1", "c2"], options={"readers": 2})  # one per shard
+    try:
+        with numbered_loader([val, plain], tmp_path, **settings) as loader:
+            server.reset()
+            with pytest.raises(ValueError, match=r"2 splits found \(train: member "
+                                                 r"'t/train/c0/p-00.png' of .*plain.tar; val"):
+                len(loader)
+            # each shard's size and first bytes; the plain one's first MiB, then one piece
+            # of its headers past the README (2 KiB), not the README's 3 MiB
+            assert server.counts["requests"] <= 6
+            assert server.counts["bytes"] < 2 * vocab.PEEK_BYTES + vocab.PEEK_MORE_BYTES + 4096
+        assert vocab._first_image_named(deep) is None  # past PEEK_HEADERS headers
+        assert vocab._first_image_named(plain) == "t/train/c0/p-00.png"
+    finally:
+        server.close()
+
+
 # --------------------------------------------------------------------------------------------
 # Faults
 
