@@ -587,7 +587,9 @@ def trace_steps(trainer, batches, path: str, steps: int = 6, warmup: int = 4) ->
     for _ in range(warmup):
         trainer.step(*next(it))
     sync()
-    with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda) as prof:
+    # acc_events: one cycle, kept whole (older torch warns that cycles clear their events)
+    with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda,
+                 acc_events=True) as prof:
         for step in range(steps):
             with record_function(f"ProfilerStep#{step}"):
                 trainer.step(*next(it))
