@@ -145,11 +145,10 @@ class JpegPacker:
 
     nvJPEG's batched decoder takes baseline 8-bit RGB/gray JPEGs with standard subsampling. We
     screen with Pillow's header parser (no pixel decoding): PNG, CMYK, oddly subsampled and
-    rarely coded images (arithmetic, lossless, cut short), and images
-    that no longer fit the arena, go the CPU way;
-    progressive JPEGs too, unless ProgressiveRoute sends them on. EXIF-rotated JPEGs go to the
-    GPU with their orientation, which the crops read them by; grey JPEGs with their sampling
-    factors written as 1x1 (gray_sampling_at).
+    rarely coded images (arithmetic, lossless, cut short), and images that no longer fit the
+    arena, go the CPU way; progressive JPEGs too, unless ProgressiveRoute sends them on.
+    EXIF-rotated JPEGs go to the GPU with their orientation, which the crops read them by;
+    grey JPEGs with their sampling factors written as 1x1 (gray_sampling_at).
     """
 
     def __init__(self, cpu: Decoder, cpu_pixels: int | None = None):

@@ -80,7 +80,7 @@ def image_kind(data: bytes) -> dict:
             if image.format == "JPEG" and image.mode != "L":
                 words.append(SAMPLINGS.get(JpegImagePlugin.get_sampling(image), "other"))
             elif image.format == "JPEG" and (at := gray_sampling_at(data)) is not None:
-                # grey with other sampling factors than 1x1: the GPU got them wrong as they were
+                # grey with other sampling factors than 1x1: the engines got them wrong as is
                 words.append(f"factors {data[at] >> 4}x{data[at] & 15}")
             if is_progressive(image):
                 words.append("progressive")

@@ -1464,8 +1464,8 @@ def varied_jpegs() -> list[bytes]:
     for seed, (size, subsampling, orientation) in enumerate(specs):
         image = Image.open(io.BytesIO(photo(seed, size, fmt="PNG")))
         files.append(exif_oriented(image, orientation, quality=90, subsampling=subsampling))
-    # Grey, sampling factors 1x1 (Pillow's default), 2x2 and 2x1: the GPU decoders got the
-    # last two wrong (decode.gray_sampling_at)
+    # Grey, sampling factors 1x1 (Pillow's default), 2x2 and 2x1: the hardware engines got
+    # the last two wrong (decode.gray_sampling_at)
     for seed, size, subsampling in ((99, (320, 240), -1), (98, (333, 251), -1),
                                     (97, (658, 241), 2), (96, (337, 250), 1)):
         files.append(encode(Image.open(io.BytesIO(photo(seed, size, fmt="PNG"))).convert("L"),
