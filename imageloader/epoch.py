@@ -40,7 +40,7 @@ from typing import Iterable, Iterator, NamedTuple
 import torch
 
 from .batch import FALLBACK
-from .errors import counted
+from .errors import REPACK_HINTS, counted
 from .plan import Position
 from .prefetch import Marker, release_batch
 from .read import source_name
@@ -384,8 +384,16 @@ class _EpochRun:
             more = "..." if len(self.sources) > 3 else ""
             warnings.warn(f"epoch {stats.epoch}: skipped "
                           f"{counted(sum(stats.skipped.values()), 'member')} "
-                          f"of {names}{more}: {dict(sorted(stats.skipped.items()))}",
+                          f"of {names}{more}: {dict(sorted(stats.skipped.items()))}"
+                          f"{_repack_hints(stats.skipped, source_name(self.sources[0]))}",
                           stacklevel=4)
+
+
+def _repack_hints(skipped: Counter, archive: str) -> str:
+    """What pack makes of the skipped members it can turn into images, said once per reason."""
+    hints = [REPACK_HINTS[reason].format(archive=archive)
+             for reason in sorted(skipped) if reason in REPACK_HINTS]
+    return "".join(f"; {hint}" for hint in hints)
 
 
 def _tally(counts: dict, stats) -> Counter:

@@ -25,6 +25,8 @@ REPACK_HINTS = {
     "no_class_folder": "python -m imageloader pack {archive} OUT.tgz --labels FILE puts them "
                        "in class folders from a list of file,class rows (--class-pattern "
                        "REGEX: from their names)",
+    "link": "python -m imageloader pack {archive} OUT.tgz packs each link to an image of the "
+            "archive as that image",
 }
 # Folder names that say "split", not "class": the only class being one of them means the
 # images lie directly in the split folder (train/x.jpg). A year or version may follow

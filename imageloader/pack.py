@@ -28,7 +28,8 @@ with `--class-folder top`, the class is the folder right under SRC, the image an
 it (torchvision's ImageFolder rule: SRC/<class>/images/<file>, as Tiny ImageNet has it); with
 `--class-folder path`, all its folders joined (SUN397's and Places365's a/church/outdoor, whose
 parent folder alone would make one class of every .../outdoor: a-church-outdoor). Only
-regular image files are added (symlinks to files are followed); hidden files and folders
+regular image files are added (symlinks to files are followed; in a tar, a hard or symbolic
+link to an image of the tar is packed as that image); hidden files and folders
 (names starting with '.') and files that are not images are left out, the latter with a
 warning. Archives are byte-reproducible: fixed mtime, owner and mode in every tar header,
 mtime 0 and no file name in the gzip header. With `shards=N` the members are cut into N
@@ -48,6 +49,7 @@ import io
 import logging
 import lzma
 import os
+import posixpath
 import random
 import tarfile
 import zipfile
@@ -163,39 +165,80 @@ def _tar_files(src: str | os.PathLike) -> dict[str, tuple[int, int]]:
 @functools.lru_cache(maxsize=1)
 def _tar_catalog(path: str, size: int, mtime_ns: int) -> dict[str, tuple[int, int]]:
     found: dict[str, tuple[int, int]] = {}
-    links = []  # and other members that are not regular files: warned of, never silently lost
+    links: dict[str, str] = {}  # a link's name -> the member it names, resolved once all are seen
+    others = []  # members neither files nor links: warned of, never silently lost
     with _tar_bytes(path) as raw, tarfile.open(fileobj=raw, mode="r:") as outer:
         for member in outer:
             name = _clean(member.name)
             if member.isdir() or _is_hidden(name):
                 continue
-            if not member.isfile():
-                links.append(name)
+            if member.issym() or member.islnk():
+                links[name] = _link_target(name, member)
+            elif not member.isfile():
+                others.append(name)
             elif name.lower().endswith(".tar"):
-                _catalog_inner_tar(found, path, outer, member, name[:-len(".tar")])
+                _catalog_inner_tar(found, links, others, path, outer, member,
+                                   name[:-len(".tar")])
             else:
                 _catalog(found, path, name, member.offset_data, member.size)
-    if links:
-        log.warning("pack %s: left out %s that %s not a regular file (e.g. %s)", path,
-                    counted(len(links), "member"), "is" if len(links) == 1 else "are", links[0])
+    _add_linked_files(found, links, others, path)
+    if others:
+        log.warning("pack %s: left out %s that %s not a regular file or a link to one in the "
+                    "archive (e.g. %s)", path, counted(len(others), "member"),
+                    "is" if len(others) == 1 else "are", others[0])
     return found
 
 
-def _catalog_inner_tar(found: dict, path: str, outer: tarfile.TarFile,
-                       member: tarfile.TarInfo, folder: str) -> None:
-    """A class's tar: its images lie at their offsets within it, past its own offset."""
+def _link_target(name: str, link: tarfile.TarInfo) -> str:
+    """The member a link names, as _clean writes names: a hard link names it from the archive's
+    root, a symbolic one from the link's folder ("" where it points out of the archive, as tar
+    would extract it: an absolute path, or ../ past the root)."""
+    if link.islnk():
+        return _clean(link.linkname)
+    if link.linkname.startswith("/"):
+        return ""
+    target = posixpath.normpath(posixpath.join(posixpath.dirname(name), link.linkname))
+    return "" if target.startswith("../") or target == ".." else _clean(target)
+
+
+def _add_linked_files(found: dict, links: dict[str, str], others: list, path: str) -> None:
+    """Links to a file of the archive are packed as that file (as tar -x, then packing the
+    folder, would): GNU tar stores a file's second hard link as a link to the first, and a
+    folder of symlinked images (a subset made with ln -s) tars as links. A link to a .tar
+    member, a folder or nothing in the archive is left out, among `others`."""
+    for name, target in links.items():
+        for _ in range(len(links)):  # a link to a link: followed until a file, or a cycle
+            if target not in links:
+                break
+            target = links[target]
+        if target in found and not name.lower().endswith(".tar"):
+            _catalog(found, path, name, *found[target])
+        else:
+            others.append(name)
+
+
+def _catalog_inner_tar(found: dict, links: dict[str, str], others: list, path: str,
+                       outer: tarfile.TarFile, member: tarfile.TarInfo, folder: str) -> None:
+    """A class's tar: its images lie at their offsets within it, past its own offset; its
+    links name its members (resolved with the outer tar's, their names under `folder`)."""
     try:
         with tarfile.open(fileobj=outer.extractfile(member), mode="r:") as inner:
             for image in inner:
                 name = _clean(image.name)
-                if not image.isfile() or _is_hidden(name):
+                if image.isdir() or _is_hidden(name):
                     continue
                 if "/" in name:
                     raise ValueError(f"pack {path}: member {member.name} holds {image.name}, "
                                      f"in a folder; a class's tar holds its images directly, "
                                      f"its name less .tar being their class")
-                _catalog(found, path, f"{folder}/{name}", member.offset_data + image.offset_data,
-                         image.size)
+                if image.issym() or image.islnk():
+                    target = _link_target(name, image)
+                    links[f"{folder}/{name}"] = f"{folder}/{target}" if target else ""
+                elif not image.isfile():
+                    others.append(f"{folder}/{name}")
+                else:
+                    _catalog(found, path, f"{folder}/{name}",
+                             member.offset_data + image.offset_data, image.size)
     except tarfile.TarError as error:
         raise ValueError(f"pack {path}: member {member.name} is named as a tar but cannot be "
                          f"read as one ({error})") from None

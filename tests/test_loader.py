@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import io
 import os
+import tarfile
 import warnings
 
 import pytest
 import torch
 
-from conftest import (assert_labels_match_pixels, class_level, labeled_files, photo, solid,
-                      write_archive)
+from conftest import (add_entry, assert_labels_match_pixels, class_level, labeled_files, photo,
+                      solid, write_archive)
 from imageloader import ImageLoader, Normalize, Options
 from imageloader import loader as loader_module
 from imageloader.errors import ArchiveError, UnknownLabelError
@@ -112,6 +113,19 @@ def test_one_skipped_member_is_one_member(tmp_path):
     with raw_loader(path, batch_size=4, workers=0) as loader:
         with pytest.warns(UserWarning, match=r"epoch 0: skipped 1 member of .*a.tgz: "
                                              r"\{'not_image': 1\}"):
+            collect(loader)
+
+
+def test_the_skip_warning_says_what_pack_makes_of_links(tmp_path):
+    """Links are skipped (a stream has no earlier member's bytes to hand them); the warning
+    says that pack turns them into the images they name."""
+    def links(tar):
+        add_entry(tar, "train/c01/link.jpg", tarfile.SYMTYPE, linkname="../c00/img000.jpg")
+
+    path = write_archive(tmp_path / "a.tgz", labeled_files(2, 2), extra=links)
+    with raw_loader(path, batch_size=4, workers=0) as loader:
+        with pytest.warns(UserWarning, match=r"\{'link': 1\}; python -m imageloader pack "
+                                             r".*a.tgz OUT.tgz packs each link to an image"):
             collect(loader)
 
 

@@ -216,7 +216,8 @@ def test_a_tar_of_class_tars_is_packed_as_their_folder_would_be(class_folder, tm
     outer = class_tars(class_folder, tmp_path / "ILSVRC2012_img_train.tar", mode)
     with caplog.at_level(logging.WARNING, logger="imageloader.pack"):
         from_tar = pack(outer, tmp_path / "t" / "train.tgz", prefix="train")[0]
-    assert "left out 1 member that is not a regular file (e.g. latest.tar)" in caplog.text
+    assert ("left out 1 member that is not a regular file or a link to one in the archive "
+            "(e.g. latest.tar)") in caplog.text
     assert Path(from_tar).read_bytes() == \
         Path(pack(class_folder, tmp_path / "f" / "train.tgz")[0]).read_bytes()
     shuffled = [pack(src, tmp_path / name / "s.tgz", shards=2, shuffle_seed=3, prefix="train")
@@ -236,6 +237,65 @@ def test_a_tar_of_class_tars_is_packed_as_their_folder_would_be(class_folder, tm
     pack(outer, tmp_path / "w" / "s.tgz", shards=2, shuffle_seed=3)
     assert ("shuffled order mean seeking back in a compressed tar" in caplog.text) == \
         (mode != "w")
+
+
+@pytest.mark.skipif(shutil.which("tar") is None, reason="needs the tar program")
+def test_links_in_a_tar_are_packed_as_the_files_they_name(class_folder, tmp_path, caplog):
+    """A folder with hard links (stored by tar as links to their first name) and symlinks
+    (a subset made with ln -s, a link to a link), tarred by tar itself, packs as the folder
+    does: each link that names an image in the archive becomes that image under its own name;
+    a link out of the archive, to a folder or in a cycle is left out with a warning."""
+    root = class_folder.parent
+    (root / "extra").mkdir()
+    (root / "extra" / "out.png").symlink_to("/nonexistent/x.png")
+    (root / "train" / "dog" / "hard.png").hardlink_to(class_folder / "cat" / "0.png")
+    (root / "train" / "fox" / "soft.png").symlink_to("../cat/1.png")
+    (root / "train" / "fox" / "chain.png").symlink_to("soft.png")
+    (root / "train" / "fox" / "loop.png").symlink_to("loop2.png")
+    (root / "train" / "fox" / "loop2.png").symlink_to("loop.png")
+    (root / "train" / "wolf").symlink_to("fox")
+    (root / "train" / "fox" / "up.png").symlink_to("../../../train/cat/2.png")
+    archive = tmp_path / "photos.tgz"
+    subprocess.run(["tar", "-czf", str(archive), "-C", str(root), "train", "extra"], check=True)
+    with tarfile.open(archive) as tar:  # tar stored the links as links, not as copies
+        kinds = {m.name: m.type for m in tar.getmembers()}
+    assert kinds["train/fox/soft.png"] == tarfile.SYMTYPE
+    assert tarfile.LNKTYPE in (kinds["train/dog/hard.png"], kinds["train/cat/0.png"])
+    with caplog.at_level(logging.WARNING, logger="imageloader.pack"):
+        out = pack(archive, tmp_path / "out.tgz", folder="train")[0]
+    assert ("left out 5 members that are not a regular file or a link to one in the "
+            "archive") in caplog.text  # out.png, loop.png, loop2.png, wolf, up.png
+    members = read_members(out)
+    originals = {name for name in members if name.split("/")[-1][0].isdigit()}
+    assert originals == set(expected_class_members())
+    assert sorted(set(members) - originals) == ["train/dog/hard.png", "train/fox/chain.png",
+                                                "train/fox/soft.png"]
+    assert members["train/dog/hard.png"] == (class_folder / "cat" / "0.png").read_bytes()
+    assert members["train/fox/soft.png"] == members["train/fox/chain.png"] == \
+        (class_folder / "cat" / "1.png").read_bytes()
+
+
+def test_links_inside_a_class_tar_name_its_images(class_folder, tmp_path):
+    """Inside a class's tar (ImageNet's training archive's layout) links name its members:
+    a hard link and a symlink are packed as the image under the class's folder."""
+    dog = class_folder / "dog"
+    (dog / "hard.png").hardlink_to(dog / "0.png")
+    (dog / "soft.png").symlink_to("1.png")
+    outer = tmp_path / "train.tar"
+    with tarfile.open(outer, "w") as tar:
+        for name in ("cat", "dog"):
+            inner = io.BytesIO()
+            with tarfile.open(fileobj=inner, mode="w") as class_tar:
+                for image in sorted((class_folder / name).iterdir()):
+                    class_tar.add(image, image.name)
+            info = tarfile.TarInfo(f"{name}.tar")
+            info.size = inner.tell()
+            tar.addfile(info, io.BytesIO(inner.getvalue()))
+    members = read_members(pack(outer, tmp_path / "out.tgz")[0])
+    assert sorted(name for name in members if name.startswith("train/dog/")) == \
+        [f"train/dog/{i}.png" for i in range(5)] + ["train/dog/hard.png", "train/dog/soft.png"]
+    assert members["train/dog/hard.png"] == (dog / "0.png").read_bytes()
+    assert members["train/dog/soft.png"] == (dog / "1.png").read_bytes()
 
 
 def test_a_class_tar_with_folders_or_two_images_of_one_name_is_refused(tmp_path):
