@@ -181,6 +181,71 @@ class _Prepended(io.RawIOBase):
         return len(data)
 
 
+# rapidgzip reads the bytes after a gzip member as the next member's header: more than a few
+# zero bytes there (the padding that tapes and some packers add, which gzip, tar and Python's
+# gzip skip) make it refuse the whole file. So it is handed such a file ending where they begin.
+_PADDING_TOLERATED = 4  # zero bytes rapidgzip 0.16 reads past; and the most a trailer ends in
+                        # (its length's high bytes): cut after that many, it reads either
+_TAIL_STEP = 64 << 10
+
+
+def gzip_end(size: int, read_at) -> int:
+    """Where a gzip file's data ends for rapidgzip: `size`, or, after more trailing zero bytes
+    than it reads past, a few bytes into them (the trailer's own zeros and a little padding).
+    `read_at(start, end)` gives the file's bytes in [start, end)."""
+    zeros, end = 0, size
+    while end > 0:
+        start = max(0, end - _TAIL_STEP)
+        block = read_at(start, end)
+        kept = block.rstrip(b"\0")
+        zeros += len(block) - len(kept)
+        if kept:
+            break
+        end = start
+    return size if zeros <= _PADDING_TOLERATED else size - zeros + _PADDING_TOLERATED
+
+
+class _FileHead(io.RawIOBase):
+    """A local file's first `end` bytes, read as a file of that size (see gzip_end)."""
+
+    def __init__(self, path: str, end: int):
+        self._file, self._end = open(path, "rb", buffering=0), end
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._file.tell()
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_END:
+            offset, whence = self._end + offset, io.SEEK_SET
+        return self._file.seek(offset, whence)
+
+    def readinto(self, buffer) -> int:
+        n = max(0, min(len(buffer), self._end - self._file.tell()))
+        return self._file.readinto(memoryview(buffer)[:n]) if n else 0
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
+def _for_rapidgzip(path: str) -> str | _FileHead:
+    """The path, or the file less its padding where rapidgzip would refuse it (gzip_end)."""
+    with open(path, "rb", buffering=0) as f:
+        def read_at(start: int, end: int) -> bytes:
+            f.seek(start)
+            return f.read(end - start)
+
+        size = f.seek(0, io.SEEK_END)
+        end = gzip_end(size, read_at)
+    return path if end == size else _FileHead(path, end)
+
+
 def open_stream(source: Source, inflate: str = "auto", threads: int | None = None) -> BinaryIO:
     """Return a binary stream of the tar bytes: gzip is detected by its magic, not its suffix."""
     if hasattr(source, "read"):
@@ -202,7 +267,8 @@ def open_stream(source: Source, inflate: str = "auto", threads: int | None = Non
     name = choose_inflater(inflate, seekable_path=True)
     if name == "rapidgzip":
         import rapidgzip
-        return rapidgzip.RapidgzipFile(path, parallelization=threads or min(8, os.cpu_count() or 1),
+        return rapidgzip.RapidgzipFile(_for_rapidgzip(path),
+                                       parallelization=threads or min(8, os.cpu_count() or 1),
                                        chunk_size=RAPIDGZIP_CHUNK)
     if name == "isal":
         from isal import igzip
@@ -783,6 +849,11 @@ def _describe(error: BaseException, gzip_file: bool = False) -> str:
         return f"gzip checksum mismatch, the archive is corrupt ({text})"
     if isinstance(error, EOFError) or "ended before" in text:
         return f"archive is truncated ({text})"
+    # Where a next gzip member should begin, rapidgzip and Python's and isal's gzip find
+    # neither a header nor zero padding (gzip_end): bytes that may have held more members.
+    if gzip_file and ("gzip/zlib header" in text or "Not a gzipped file" in text):
+        return (f"the gzip data is followed by bytes that are not gzip (a damaged next member, "
+                f"or trailing garbage; gzip -t tells which) ({text})")
     # rapidgzip says only "std::exception" (0.14) or "End of file reached!" (0.16).
     if gzip_file and ("std::exception" in text or "end of file" in text.lower()):
         return f"the gzip stream is truncated or corrupt (rapidgzip: {text})"

@@ -354,9 +354,11 @@ class RemoteFile(io.RawIOBase):
     inflater's threads and re-reads (`behind`: bytes they may read behind the furthest read).
     """
 
-    def __init__(self, url: str, behind: int = 0, window: tuple[int, int] | None = None):
+    def __init__(self, url: str, behind: int = 0, window: tuple[int, int] | None = None,
+                 end: int | None = None):
         self.url = as_url(url)
-        self.size = stamp(self.url)["bytes"]
+        # `end`: read the object as if it ended there (a gzip's padding, left to rapidgzip)
+        self.size = stamp(self.url)["bytes"] if end is None else end
         options = self.url.options
         self.block, self.ahead = options.block_size, options.ahead
         self._pos = 0
@@ -554,6 +556,21 @@ def head(url: str, n: int) -> bytes:
     return fetch(url, 0, min(n, stamp(url)["bytes"]))
 
 
+_GZIP_ENDS: dict[tuple[str, int, str | None], int] = {}
+
+
+def gzip_end(url: str) -> int:
+    """read.gzip_end of a remote gzip: one small request for its last bytes, once per object
+    and process."""
+    url = as_url(url)
+    known = stamp(url)
+    key = (str(url), known["bytes"], known["version"])
+    if key not in _GZIP_ENDS:
+        from .read import gzip_end as end_of
+        _GZIP_ENDS[key] = end_of(known["bytes"], lambda start, end: fetch(url, start, end))
+    return _GZIP_ENDS[key]
+
+
 def open_stream(url: str, inflate: str, threads: int | None):
     """The archive's tar bytes in order (the scan, evaluation); gzip is told by its magic."""
     from .read import _GZIP_MAGIC, RAPIDGZIP_CHUNK, choose_inflater
@@ -568,6 +585,9 @@ def open_stream(url: str, inflate: str, threads: int | None):
         name = choose_inflater(inflate, seekable_path=True)
         if name == "rapidgzip":
             import rapidgzip
+            if gzip_end(url) != raw.size:  # its padding would fail rapidgzip (read.gzip_end)
+                raw.close()
+                raw = RemoteFile(url, behind=2 * parallel * RAPIDGZIP_CHUNK, end=gzip_end(url))
             return _Owned(rapidgzip.RapidgzipFile(raw, parallelization=parallel,
                                                   chunk_size=RAPIDGZIP_CHUNK), raw)
         buffered = io.BufferedReader(raw, 1 << 20)
@@ -588,7 +608,9 @@ def open_region(region, threads: int | None = None) -> RegionStream:
     rapidgzip inflates ahead in parallel threads, past the region's end and so past its
     window: one thread here; the read-ahead that matters is the fetch thread's, and more
     readers, each with its own connection, give more inflating cores."""
-    raw = RemoteFile(region.path, window=(0, 0))  # nothing ahead until a region is entered
+    # Nothing ahead until a region is entered; a gzip without its padding (read.gzip_end).
+    raw = RemoteFile(region.path, window=(0, 0),
+                     end=None if region.index is None else gzip_end(region.path))
     try:
         if region.index is None:
             stream = RegionStream(raw, raw, None)

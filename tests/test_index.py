@@ -104,6 +104,19 @@ def test_regions_of_archives_made_by_gnu_tar_and_gzip(tmp_path, fmt, members):
                                       skips_expected={"not_image": 60, "directory": 4})
 
 
+@pytest.mark.skipif(not GZIP_REGIONS, reason="regions of a .tgz need rapidgzip")
+def test_regions_of_a_gzip_padded_with_zeros(tmp_path):
+    """Zero bytes after the gzip data (a tape record's padding) end no region early nor fail
+    the last: rapidgzip is handed the file without them (read.gzip_end)."""
+    path = padded_archive(tmp_path / "a.tgz")
+    with open(path, "ab") as f:
+        f.write(bytes(10240))
+    assert_regions_walk_like_one_pass(path, gzip=True)
+    with numbered_loader(path, workers=2, options=Options(readers=2)) as loader:
+        assert len(loader.plan.parts) > 2
+        assert sorted(epoch_ids(loader)[0]) == list(range(60))
+
+
 def test_no_regions_for_duplicate_names(tmp_path):
     """Which copy of a duplicate wins depends on seeing both: such archives are read whole."""
     path = padded_archive(tmp_path / "a.tar", compress=False,

@@ -221,6 +221,44 @@ def test_truncated_gzip_is_reported(tmp_path, inflate):
         members(str(path), inflate=inflate)
 
 
+@pytest.mark.parametrize("inflate", available_inflaters())
+def test_zero_padding_after_the_gzip_data_is_read_past(tmp_path, inflate):
+    """Zero bytes after the gzip data (tapes' and some packers' padding, which gzip, tar and
+    Python's gzip skip) read as no data, however many: rapidgzip, refusing more than a few, is
+    handed the file without them. Both tars' trailers end in zero bytes of their own (their
+    lengths' high bytes), which the cut must keep."""
+    for tar in (_tar_bytes(labeled_files(2, 3)), _tar_bytes(labeled_files(2, 3, size=(900, 700)))):
+        blob = gzip.compress(bytes(tar), mtime=0)
+        assert blob[-1] == 0
+        plain = tmp_path / "plain.tgz"
+        plain.write_bytes(blob)
+        expected = contents(plain, inflate)
+        trailer_zeros = len(blob) - len(blob.rstrip(b"\0"))
+        for zeros in [*range(1, 12), 512, 10240, 70_000]:
+            padded = blob + bytes(zeros)
+            path = tmp_path / f"pad{zeros}.tgz"
+            path.write_bytes(padded)
+            # Cut 4 zero bytes past the last non-zero one (fewer: not cut), rapidgzip's most
+            assert read.gzip_end(len(padded), lambda a, b: padded[a:b]) == \
+                len(blob) + min(zeros, 4 - trailer_zeros)
+            assert contents(path, inflate) == expected, zeros
+
+
+def contents(path, inflate):
+    found, skipped = members(str(path), inflate=inflate)
+    return [(m.index, m.name, m.label, m.data) for m in found], skipped
+
+
+@pytest.mark.parametrize("inflate", available_inflaters())
+def test_bytes_after_the_gzip_data_that_are_not_gzip_are_named(tmp_path, inflate):
+    blob = gzip.compress(bytes(_tar_bytes(labeled_files(2, 3))), mtime=0)
+    path = tmp_path / "tail.tgz"
+    path.write_bytes(blob + b"GARBAGE" * 10)
+    with pytest.raises(ArchiveError, match=r"the gzip data is followed by bytes that are not "
+                                           r"gzip .*tail.tgz"):
+        members(str(path), inflate=inflate)
+
+
 def test_corrupt_header_mid_archive_is_not_a_silent_end(tmp_path):
     files = labeled_files(1, 4)
     tar = _tar_bytes(files)

@@ -210,6 +210,33 @@ def test_regions_of_a_url_walk_what_the_file_walks_fetching_its_bytes_once(serve
     assert server.counts["bytes"] <= 1.01 * size
 
 
+def test_a_zero_padded_gzip_url_reads_as_its_file_does(tmp_path):
+    """Zero bytes after the gzip data (padding) stop no reader of the URL: the scan, its
+    regions in any order, the stream in order, and the loader's epoch."""
+    root = tmp_path / "www"
+    root.mkdir()
+    path = numbered_archive(root / "a.tgz")
+    with open(path, "ab") as f:
+        f.write(bytes(10240))  # a tape record of zeros
+    server = range_server(str(root))
+    try:
+        url = Url(f"{server.url}/a.tgz", options(tmp_path))
+        whole = walk(path)
+        assert len(whole) == IMAGES and walk(url) == whole
+        regions, opened = archive_regions(url), {}
+        try:
+            pieces = {k: walk(regions[k], opened=opened)
+                      for k in random.Random(1).sample(range(len(regions)), len(regions))}
+        finally:
+            for stream in opened.values():
+                stream.close()
+        assert len(regions) >= 6 and [m for k in sorted(pieces) for m in pieces[k]] == whole
+        with numbered_loader(url, tmp_path, options={"readers": 2}) as loader:
+            assert sorted(epoch_ids(loader)) == list(range(IMAGES))
+    finally:
+        server.close()
+
+
 def test_loader_over_http_every_image_once_counting_what_it_fetched(served, tmp_path):
     server, path = served
     size = os.path.getsize(path)
