@@ -40,7 +40,7 @@ from typing import Iterable, Iterator, NamedTuple
 import torch
 
 from .batch import FALLBACK
-from .errors import REPACK_HINTS, counted
+from .errors import REPACK_HINTS, UNWARNED_SKIPS, counted
 from .plan import Position
 from .prefetch import Marker, release_batch
 from .read import source_name
@@ -379,17 +379,17 @@ class _EpochRun:
         stats.fetched, stats.requests, stats.retries = (
             fetched.get("fetched", 0), fetched.get("requests", 0), fetched.get("retries", 0))
         stats.seconds = time.perf_counter() - started
-        if stats.skipped:
+        warned = {k: n for k, n in sorted(stats.skipped.items()) if k not in UNWARNED_SKIPS}
+        if warned:
             names = ", ".join(source_name(s) for s in self.sources[:3])
             more = "..." if len(self.sources) > 3 else ""
-            warnings.warn(f"epoch {stats.epoch}: skipped "
-                          f"{counted(sum(stats.skipped.values()), 'member')} "
-                          f"of {names}{more}: {dict(sorted(stats.skipped.items()))}"
-                          f"{_repack_hints(stats.skipped, source_name(self.sources[0]))}",
+            warnings.warn(f"epoch {stats.epoch}: skipped {counted(sum(warned.values()), 'member')}"
+                          f" of {names}{more}: {warned}"
+                          f"{_repack_hints(warned, source_name(self.sources[0]))}",
                           stacklevel=4)
 
 
-def _repack_hints(skipped: Counter, archive: str) -> str:
+def _repack_hints(skipped: dict, archive: str) -> str:
     """What pack makes of the skipped members it can turn into images, said once per reason."""
     hints = [REPACK_HINTS[reason].format(archive=archive)
              for reason in sorted(skipped) if reason in REPACK_HINTS]

@@ -122,6 +122,9 @@ READER_SKIPS = (
     "directory", "link", "special", "macos_metadata", "archive", "not_image", "no_class_folder",
     "bad_name", "duplicate", "too_large", "empty", "unknown_label",
 )
+# Skips counted but not warned of: a folder's entry holds no data, and `tar czf` writes one
+# for every class folder (a warning each epoch about them would teach users to ignore it).
+UNWARNED_SKIPS = frozenset({"directory"})
 # Images that were read but could not be decoded (counted under on_error="skip").
 DECODE_SKIPS = ("undecodable", "truncated", "format_not_allowed", "too_many_pixels")
 

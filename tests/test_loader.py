@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import tarfile
 import warnings
 
@@ -114,6 +115,26 @@ def test_one_skipped_member_is_one_member(tmp_path):
         with pytest.warns(UserWarning, match=r"epoch 0: skipped 1 member of .*a.tgz: "
                                              r"\{'not_image': 1\}"):
             collect(loader)
+
+
+def test_folder_entries_are_counted_but_not_warned_of(tmp_path):
+    """An archive made the usual way (shutil.make_archive, as tar czf) has an entry per folder:
+    counted in stats.skipped, but not warned of each epoch; a real skip still is."""
+    root = tmp_path / "photos"
+    for name, data in labeled_files(2, 2):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    path = shutil.make_archive(str(tmp_path / "plain"), "gztar", root_dir=root)
+    with raw_loader(path, batch_size=4, workers=0) as loader, warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning fails the test
+        images, labels, _ = collect(loader)
+        assert len(labels) == 4 and loader.stats.skipped == {"directory": 4}  # ., train, c00, c01
+    (root / "train" / "c00" / "notes.txt").write_text("x")
+    path = shutil.make_archive(str(tmp_path / "noted"), "gztar", root_dir=root)
+    with raw_loader(path, batch_size=4, workers=0) as loader:
+        with pytest.warns(UserWarning, match=r"skipped 1 member of .*: \{'not_image': 1\}$"):
+            collect(loader)
+        assert loader.stats.skipped == {"directory": 4, "not_image": 1}
 
 
 def test_the_skip_warning_says_what_pack_makes_of_links(tmp_path):
