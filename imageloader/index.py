@@ -9,10 +9,11 @@ just that region, and several readers split one archive by position, each inflat
 An uncompressed `.tar` seeks anywhere and needs no checkpoints.
 
 The regions go into the class sidecar and the checkpoints beside the archive
-(`<archive>.gzindex`, about 1% of its size), reused while the archive's size and mtime are
-unchanged (a remote archive's live in a local cache folder, and its regions are larger:
-remote.py). Archives where a reader could not start mid-way get none: a global pax header that
-changes how later headers read, or duplicate member names (which region would win?).
+(`<archive>.gzindex`, ~0.01% of an archive of JPEGs: its windows are kept sparse), reused
+while the archive's size and mtime are unchanged (a remote archive's live in a local cache
+folder, and its regions are larger: remote.py). Archives where a reader could not start
+mid-way get none: a global pax header that changes how later headers read, or duplicate
+member names (which region would win?).
 """
 from __future__ import annotations
 
@@ -57,6 +58,16 @@ def recorder_for(path: str, inflate: str) -> "Recorder | None":
     return Recorder(path, gzipped=True, region_bytes=spacing)
 
 
+def _sparse_index_format():
+    """gztool's index format: rapidgzip keeps each checkpoint's window sparse (only the bytes
+    the data after it refers back to) and compressed, and writes it so; indexed_gzip's format
+    writes every window whole. Over JPEGs, which refer back little, that is ~80x smaller (42 KB
+    against 3.3 MB for 441 MB of photos) and so is each region reader's copy in memory (about
+    1 GB each for a 140 GB archive before). Either imports: older files still read."""
+    import rapidgzip
+    return rapidgzip.IndexFormat.GZTOOL
+
+
 class Recorder:
     """Told every header where a region could start (`header`), then the stream (`finish`)."""
 
@@ -97,7 +108,7 @@ class Recorder:
         target = index_path(self.path)
         tmp = f"{target}.tmp{os.getpid()}"
         try:
-            stream.export_index(tmp)
+            stream.export_index(tmp, index_format=_sparse_index_format())
             os.replace(tmp, target)  # atomic: concurrent ranks never read half an index
         except Exception as error:  # a read-only dataset folder: no regions, one reader
             log.info("could not write the inflater index beside %s: %s", self.path, error)

@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 import torch
 
-from conftest import add_file, solid, write_archive
+from conftest import add_file, photo, solid, write_archive
 from imageloader import ImageLoader, Options, index, read
 from imageloader.read import available_inflaters, iter_members
 from imageloader.vocab import archive_regions, sidecar_path
@@ -115,6 +115,38 @@ def test_regions_of_a_gzip_padded_with_zeros(tmp_path):
     with numbered_loader(path, workers=2, options=Options(readers=2)) as loader:
         assert len(loader.plan.parts) > 2
         assert sorted(epoch_ids(loader)[0]) == list(range(60))
+
+
+@pytest.mark.skipif(not GZIP_REGIONS, reason="regions of a .tgz need rapidgzip")
+def test_the_index_keeps_its_windows_sparse_and_an_older_whole_one_still_reads(tmp_path):
+    """The scan writes gztool's format: windows only of the bytes that the data after a
+    checkpoint refers back to, compressed; over JPEGs, which refer back little, a small share
+    of indexed_gzip's format (every window whole, as written before). Both read."""
+    import rapidgzip
+    files = [(f"t/c{i % 3}/{i:03d}.jpg", photo(i, size=(512, 384))) for i in range(60)]
+    path = write_archive(tmp_path / "a.tgz", files)  # ~5 MB
+    regions = archive_regions(path)
+    index_file = index.index_path(path)
+    with open(index_file, "rb") as f:
+        assert f.read(16) == bytes(8) + b"gzipindx"  # gztool's magic
+    # Each region starts after a checkpoint of its own, whose 32 KiB window indexed_gzip's
+    # format would hold whole.
+    assert len(regions) >= 8 and os.path.getsize(index_file) < 0.05 * 32768 * len(regions)
+    whole = str(tmp_path / "whole.gzindex")
+    with rapidgzip.RapidgzipFile(path, parallelization=1) as stream:
+        stream.import_index(index_file)
+        stream.export_index(whole, index_format=rapidgzip.IndexFormat.INDEXED_GZIP)
+    assert open(whole, "rb").read(5) == b"GZIDX"
+    by_one_pass = walk(path)
+    for index_of_regions in (index_file, whole):
+        pieces, opened = [], {}
+        try:
+            for region in regions:
+                pieces += walk(region._replace(index=index_of_regions), opened=opened)[0]
+        finally:
+            for stream in opened.values():
+                stream.close()
+        assert pieces == by_one_pass[0] and len(pieces) == 60
 
 
 def test_no_regions_for_duplicate_names(tmp_path):
