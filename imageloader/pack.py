@@ -154,16 +154,16 @@ def _is_hidden(name: str) -> bool:
     return any(part.startswith(".") or part == "__MACOSX" for part in name.split("/"))
 
 
-def _tar_files(src: str | os.PathLike) -> dict[str, tuple[int, int]]:
+def _tar_files(src: str | os.PathLike) -> dict[str, tuple]:
     """A tar's regular members as list_files gives a folder's files, each with where its bytes
-    lie in the tar (offset, size); a member that is a tar itself (<class>.tar) stands for a
+    lie in the tar (_where: offset, size, a sparse file's pieces); a member that is a tar itself (<class>.tar) stands for a
     folder holding its members. Keyed to the file's size and mtime: pack lists, then reads."""
     stat = os.stat(src)
     return _tar_catalog(os.path.abspath(src), stat.st_size, stat.st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=1)
-def _tar_catalog(path: str, size: int, mtime_ns: int) -> dict[str, tuple[int, int]]:
+def _tar_catalog(path: str, size: int, mtime_ns: int) -> dict[str, tuple]:
     found: dict[str, tuple[int, int]] = {}
     links: dict[str, str] = {}  # a link's name -> the member it names, resolved once all are seen
     others = []  # members neither files nor links: warned of, never silently lost
@@ -180,7 +180,7 @@ def _tar_catalog(path: str, size: int, mtime_ns: int) -> dict[str, tuple[int, in
                 _catalog_inner_tar(found, links, others, path, outer, member,
                                    name[:-len(".tar")])
             else:
-                _catalog(found, path, name, member.offset_data, member.size)
+                _catalog(found, path, name, _where(member))
     _add_linked_files(found, links, others, path)
     if others:
         log.warning("pack %s: left out %s that %s not a regular file or a link to one in the "
@@ -212,7 +212,7 @@ def _add_linked_files(found: dict, links: dict[str, str], others: list, path: st
                 break
             target = links[target]
         if target in found and not name.lower().endswith(".tar"):
-            _catalog(found, path, name, *found[target])
+            _catalog(found, path, name, found[target])
         else:
             others.append(name)
 
@@ -238,17 +238,25 @@ def _catalog_inner_tar(found: dict, links: dict[str, str], others: list, path: s
                     others.append(f"{folder}/{name}")
                 else:
                     _catalog(found, path, f"{folder}/{name}",
-                             member.offset_data + image.offset_data, image.size)
+                             _where(image, past=member.offset_data))
     except tarfile.TarError as error:
         raise ValueError(f"pack {path}: member {member.name} is named as a tar but cannot be "
                          f"read as one ({error})") from None
 
 
-def _catalog(found: dict, path: str, name: str, offset: int, size: int) -> None:
+def _where(member: tarfile.TarInfo, past: int = 0) -> tuple:
+    """Where a file's bytes lie in the tar (`past` its tar's own offset): (offset, size), and
+    for a sparse file (tar -S) its pieces, stored one after another there (_file_bytes)."""
+    if member.issparse():
+        return past + member.offset_data, member.size, tuple(member.sparse)
+    return past + member.offset_data, member.size
+
+
+def _catalog(found: dict, path: str, name: str, where: tuple) -> None:
     if name in found:
         raise ValueError(f"pack {path}: two members are both {name}; each image needs a path "
                          f"of its own")
-    found[name] = (offset, size)
+    found[name] = where
 
 
 def _clean(name: str) -> str:
@@ -438,13 +446,23 @@ def _read_files(src, prefix: str, pairs: list[tuple[str, str]]):
         where = _tar_files(src)
         with _tar_bytes(src) as raw:
             for relative_path, target in pairs:
-                offset, size = where[relative_path]
-                raw.seek(offset)
-                yield member_name(prefix, target), raw.read(size)
+                yield member_name(prefix, target), _file_bytes(raw, *where[relative_path])
         return
     for relative_path, target in pairs:
         with open(os.path.join(src, relative_path), "rb") as f:
             yield member_name(prefix, target), f.read()
+
+
+def _file_bytes(raw: BinaryIO, offset: int, size: int, sparse: tuple = ()) -> bytes:
+    """A file's bytes from the tar: read at its offset; a sparse one's stored pieces put at
+    their offsets with zeros between (as tar -x writes it), not its stored bytes alone."""
+    raw.seek(offset)
+    if not sparse:
+        return raw.read(size)
+    whole = bytearray(size)
+    for at, length in sparse:
+        whole[at:at + length] = raw.read(length)
+    return bytes(whole)
 
 
 def get_args_parser() -> argparse.ArgumentParser:

@@ -312,6 +312,8 @@ class _Header(NamedTuple):
     offset: int         # of the (first) header block in the tar stream
     offset_data: int
     next_offset: int    # where the next header starts
+    sparse: tuple = ()  # a sparse file's (offset, size) pieces (tar -S): stored one after
+                        # another from offset_data, zeros between them; `size` is the file's
 
 
 class _Blocks:
@@ -484,11 +486,12 @@ def _parse_with_tarfile(tar: _TarState, offset: int) -> _Header | None:
         kind = "dir"
     elif info.issym() or info.islnk():
         kind = "link"
-    elif info.isfile() and not info.issparse():
+    elif info.isfile():
         kind = "file"
     else:
         kind = "special"
-    return _Header(info.name, info.size, kind, info.offset, info.offset_data, tar.offset)
+    return _Header(info.name, info.size, kind, info.offset, info.offset_data, tar.offset,
+                   tuple(info.sparse) if info.issparse() else ())
 
 
 def _header_problem(error: tarfile.HeaderError) -> str:
@@ -805,12 +808,23 @@ def _size_or_duplicate_problem(header, name, seen, limits) -> str | None:
 
 
 def _read_data(blocks, header, archive, index) -> bytes:
-    data = blocks.read(header.size)
-    if len(data) != header.size:
-        raise ArchiveError(archive, f"unexpected end of data: member needs {header.size} bytes, "
+    stored = sum(size for _, size in header.sparse) if header.sparse else header.size
+    data = blocks.read(stored)
+    if len(data) != stored:
+        raise ArchiveError(archive, f"unexpected end of data: member needs {stored} bytes, "
                            f"archive has {len(data)}", member=header.name, index=index,
                            offset=header.offset_data)
-    return data
+    return _unsparse(data, header) if header.sparse else data
+
+
+def _unsparse(stored: bytes, header) -> bytes:
+    """A sparse member's file, as tar -x (and tarfile) write it: each stored piece at its
+    offset, zeros in the holes."""
+    whole, at = bytearray(header.size), 0
+    for offset, size in header.sparse:
+        whole[offset:offset + size] = stored[at:at + size]
+        at += size
+    return bytes(whole)
 
 
 def _move_to_next(blocks, header, archive, state) -> None:

@@ -14,7 +14,7 @@ from PIL import Image
 
 from imageloader import ImageLoader, Options
 from imageloader.pack import pack, reproducible_tarinfo
-from conftest import gzip_header_mtime, read_members, write_archive
+from conftest import gzip_header_mtime, read_members, sparse_archive, write_archive
 from test_readme import DATASETS, commands
 
 
@@ -273,6 +273,15 @@ def test_links_in_a_tar_are_packed_as_the_files_they_name(class_folder, tmp_path
     assert members["train/dog/hard.png"] == (class_folder / "cat" / "0.png").read_bytes()
     assert members["train/fox/soft.png"] == members["train/fox/chain.png"] == \
         (class_folder / "cat" / "1.png").read_bytes()
+
+
+@pytest.mark.parametrize("fmt", ["gnu", "posix-1.0"])
+def test_sparse_files_in_a_tar_are_packed_whole(tmp_path, fmt):
+    """A sparse member (tar -S) is packed as the file, holes as zeros: not its stored pieces
+    alone (which is what reading its size's bytes at its offset gave)."""
+    path, files = sparse_archive(tmp_path, fmt)
+    members = read_members(pack(path, tmp_path / "out.tgz", prefix="train")[0])
+    assert members == {f"train/{name}": data for name, data in files.items()}
 
 
 def test_links_inside_a_class_tar_name_its_images(class_folder, tmp_path):

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import add_entry, add_file, labeled_files, solid, write_archive
+from conftest import (add_entry, add_file, labeled_files, solid, sparse_archive,
+                      write_archive)
 from imageloader import read
 from imageloader.errors import ArchiveError, Limits
 from imageloader.pack import pack
@@ -257,6 +258,16 @@ def test_bytes_after_the_gzip_data_that_are_not_gzip_are_named(tmp_path, inflate
     with pytest.raises(ArchiveError, match=r"the gzip data is followed by bytes that are not "
                                            r"gzip .*tail.tgz"):
         members(str(path), inflate=inflate)
+
+
+@pytest.mark.parametrize("fmt", ["gnu", "posix-0.0", "posix-0.1", "posix-1.0"])
+def test_sparse_members_read_as_the_files_tar_stored(tmp_path, fmt):
+    """tar -S stores a file with holes as its pieces and a map of them: read as the file,
+    zeros in the holes (as tar -x writes it), not skipped, whichever sparse format."""
+    path, files = sparse_archive(tmp_path, fmt)
+    found, skipped = members(path)
+    assert {m.name: m.data for m in found} == files
+    assert skipped == {"directory": 2}
 
 
 def test_corrupt_header_mid_archive_is_not_a_silent_end(tmp_path):
