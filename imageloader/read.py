@@ -868,6 +868,13 @@ def _describe(error: BaseException, gzip_file: bool = False) -> str:
     if gzip_file and ("gzip/zlib header" in text or "Not a gzipped file" in text):
         return (f"the gzip data is followed by bytes that are not gzip (a damaged next member, "
                 f"or trailing garbage; gzip -t tells which) ({text})")
+    # rapidgzip on a cut file (an interrupted download) or damaged data: ISA-L's error, with
+    # its thread and bit positions; its first clause says enough beside gzip -t.
+    failed = re.search(r"Decoding failed with error code -?\d+: ([^!.]*)", text)
+    if gzip_file and failed:
+        return (f"the gzip data stops inflating here: the archive is truncated (an interrupted "
+                f"download or copy?) or corrupt; gzip -t tells which (rapidgzip: "
+                f"{failed.group(1)})")
     # rapidgzip says only "std::exception" (0.14) or "End of file reached!" (0.16).
     if gzip_file and ("std::exception" in text or "end of file" in text.lower()):
         return f"the gzip stream is truncated or corrupt (rapidgzip: {text})"
