@@ -119,8 +119,8 @@ class UnknownLabelError(KeyError):
 
 # Members that are skipped without being decoded, by the reader (counted, never silent).
 READER_SKIPS = (
-    "directory", "link", "special", "macos_metadata", "archive", "not_image", "no_class_folder",
-    "bad_name", "duplicate", "too_large", "empty", "unknown_label",
+    "directory", "link", "special", "macos_metadata", "hidden", "archive", "not_image",
+    "no_class_folder", "bad_name", "duplicate", "too_large", "empty", "unknown_label",
 )
 # Skips counted but not warned of: a folder's entry holds no data, and `tar czf` writes one
 # for every class folder (a warning each epoch about them would teach users to ignore it).

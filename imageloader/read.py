@@ -539,6 +539,11 @@ def classify(header: _Header, limits: Limits) -> tuple[str | None, str | None, s
     base = parts[-1]
     if base.startswith("._") or base == ".DS_Store" or "__MACOSX" in parts:
         return None, "macos_metadata", name
+    if base.startswith(".") or (len(parts) > 1 and parts[-2].startswith(".")):
+        # A hidden image or class folder is no class's data: Jupyter's .ipynb_checkpoints/
+        # copies, thumbnails, .git/ (pack leaves them out). Folders above the class folder
+        # may be hidden (an archive made of .cache/datasets/...).
+        return None, "hidden", name
     if not has_image_extension(base):
         return None, ("archive" if base.lower().endswith(MEMBER_ARCHIVE_SUFFIXES)
                       else "not_image"), name

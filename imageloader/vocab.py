@@ -31,14 +31,15 @@ from .read import (IMAGE_EXTENSIONS, Region, Source, class_name, class_place, ex
 
 log = logging.getLogger(__name__)
 SIDECAR_SUFFIX = ".classes.json"
-_FORMAT = "imageloader.classes/10"  # 2: with regions (index.py); 3: with splits; 4: their
+_FORMAT = "imageloader.classes/11"  # 2: with regions (index.py); 3: with splits; 4: their
 # classes, and each region's images of each split; 5: splits named in lower case; 6: split
 # names with a number after them (train2017); 7: and with a companion word (training_set);
 # 8: members that are archives counted as "archive", not "not_image"; 9: class names found
 # in several places and inside others (ClassPlaces); 10: class names composed
 # (read.class_name). Since 2026-12-07 "shared" and "nested" name the folders above class
 # folders as the archive has them (with split folders), older sidecars of 10 their places:
-# only the warnings' text reads them, so both serve
+# only the warnings' text reads them, so both serve. 11: hidden images and class folders
+# skipped as "hidden", not classes (.ipynb_checkpoints)
 
 
 class Vocabulary:

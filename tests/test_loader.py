@@ -137,6 +137,27 @@ def test_folder_entries_are_counted_but_not_warned_of(tmp_path):
         assert loader.stats.skipped == {"directory": 4, "not_image": 1}
 
 
+def test_hidden_images_and_class_folders_are_counted_not_classes(tmp_path):
+    """A folder worked on in Jupyter holds .ipynb_checkpoints/ copies, and hidden thumbnails:
+    tarred as they are (shutil.make_archive), they are skipped as "hidden", not read as a
+    class of their own (torchvision's ImageFolder's classic surprise); a hidden folder above
+    the class folders (an archive of .cache/...) is not."""
+    root = tmp_path / "work"
+    files = labeled_files(2, 2, prefix=".cache/data")
+    files += [(".cache/data/c00/.ipynb_checkpoints/img000-checkpoint.jpg", files[0][1]),
+              (".cache/data/c01/.thumb.jpg", files[2][1])]
+    for name, data in files:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    path = shutil.make_archive(str(tmp_path / "work"), "gztar", root_dir=root)
+    with raw_loader(path, batch_size=8, workers=0) as loader:
+        assert loader.vocab.classes == ("c00", "c01")
+        with pytest.warns(UserWarning, match=r"\{'hidden': 2\}"):
+            images, labels, _ = collect(loader)
+        assert len(labels) == 4 and loader.stats.skipped["hidden"] == 2
+        assert_labels_match_pixels(images, labels)
+
+
 def test_the_skip_warning_says_what_pack_makes_of_links(tmp_path):
     """Links are skipped (a stream has no earlier member's bytes to hand them); the warning
     says that pack turns them into the images they name."""
