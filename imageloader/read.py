@@ -721,13 +721,14 @@ def _first_bytes(source, n: int) -> bytes:
         return b""
 
 
-# Archives the loader does not read, told by their first bytes, and how to make a .tgz of one
-# (every member kept as it is).
+# Archives the loader does not read, told by their first bytes, and how to make a tar of one
+# (every member kept as it is). A compressed tar becomes a plain one: JPEG bytes barely
+# compress, and a plain tar is read with no inflating (of a .tgz the loader keeps a plain copy).
 _OTHER_FORMATS = (
     (b"PK\x03\x04", "a zip file", "python -m imageloader pack {name} OUT.tgz"),
-    (b"BZh", "bzip2-compressed", "bzip2 -dc {name} | gzip > OUT.tgz"),
-    (b"\xfd7zXZ\x00", "xz-compressed", "xz -dc {name} | gzip > OUT.tgz"),
-    (b"\x28\xb5\x2f\xfd", "zstd-compressed", "zstd -dc {name} | gzip > OUT.tgz"),
+    (b"BZh", "bzip2-compressed", "bzip2 -dc {name} > OUT.tar"),
+    (b"\xfd7zXZ\x00", "xz-compressed", "xz -dc {name} > OUT.tar"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed", "zstd -dc {name} > OUT.tar"),
     (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive", "7z x {name} -oFOLDER, then python -m "
      "imageloader pack FOLDER OUT.tgz"),
     (b"Rar!\x1a\x07", "a RAR archive", "unrar x {name} FOLDER/, then python -m imageloader "
