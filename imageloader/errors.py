@@ -26,7 +26,8 @@ REPACK_HINTS = {
                        "in class folders from a list of file,class rows (--class-pattern "
                        "REGEX: from their names)",
     "link": "python -m imageloader pack {archive} OUT.tgz packs each link to an image of the "
-            "archive as that image",
+            "archive as that image; links out of it (a folder of symlinks, tarred) need the "
+            "tar made again with tar -h (--dereference), which stores the files linked to",
 }
 # Folder names that say "split", not "class": the only class being one of them means the
 # images lie directly in the split folder (train/x.jpg). A year or version may follow

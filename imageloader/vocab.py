@@ -404,6 +404,13 @@ def _no_images_message(sources: list, skipped: list[Mapping[str, int]]) -> str:
         what = "is an archive itself" if n == 1 else "are archives themselves"
         where += (f" {counted(n, 'member')} of {source} {what}: "
                   f"{REPACK_HINTS['archive'].format(archive=source)}.")
+    linked = [(source, counts["link"]) for source, counts in zip(sources, skipped)
+              if counts.get("link")]
+    if linked:
+        source, n = linked[0]
+        where += (f" {counted(n, 'member')} of {source} {'is a link' if n == 1 else 'are links'}"
+                  f", which a stream cannot follow: "
+                  f"{REPACK_HINTS['link'].format(archive=source)}.")
     return (f"no images found in {'; '.join(found)}.{where} Images are read from members "
             f"named <split>/<class>/<file> or <class>/<file>, the class being the parent "
             f"folder, with one of the extensions {' '.join(sorted(IMAGE_EXTENSIONS))}; "

@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import subprocess
 import tarfile
 import warnings
 
@@ -155,6 +156,28 @@ def test_hidden_images_and_class_folders_are_counted_not_classes(tmp_path):
         with pytest.warns(UserWarning, match=r"\{'hidden': 2\}"):
             images, labels, _ = collect(loader)
         assert len(labels) == 4 and loader.stats.skipped["hidden"] == 2
+        assert_labels_match_pixels(images, labels)
+
+
+@pytest.mark.skipif(shutil.which("tar") is None, reason="needs the tar program")
+def test_a_tarred_folder_of_symlinks_says_to_tar_it_with_dereference(tmp_path):
+    """A subset made of symlinks (ln -s) and tarred as it is holds links to files outside the
+    archive: the error says so and how to make it hold the files; tar -h's archive reads."""
+    pool, subset = tmp_path / "pool", tmp_path / "subset"
+    for name, data in labeled_files(2, 2, prefix="x"):
+        (pool / name).parent.mkdir(parents=True, exist_ok=True)
+        (pool / name).write_bytes(data)
+        (subset / name).parent.mkdir(parents=True, exist_ok=True)
+        (subset / name).symlink_to(pool / name)
+    links, files = tmp_path / "links.tgz", tmp_path / "files.tgz"
+    for out, options in ((links, "-czf"), (files, "-czhf")):
+        subprocess.run(["tar", options, str(out), "-C", str(subset), "x"], check=True)
+    with pytest.raises(ValueError, match=r"4 members of .*links.tgz are links.*tar -h "
+                                         r"\(--dereference\)"):
+        raw_loader(str(links), batch_size=4, workers=0)
+    with raw_loader(str(files), batch_size=4, workers=0) as loader:
+        images, labels, _ = collect(loader)
+        assert len(labels) == 4 and loader.vocab.classes == ("c00", "c01")
         assert_labels_match_pixels(images, labels)
 
 
