@@ -59,7 +59,7 @@ from typing import BinaryIO, Iterable
 from .errors import counted
 from .labels import listed_paths, member_paths
 from .read import (IMAGE_EXTENSIONS, available_inflaters, has_image_extension, is_gzip,
-                   open_stream)
+                   open_stream, unsparse)
 
 log = logging.getLogger(__name__)
 CLASS_FOLDERS = ("parent", "top", "path")  # labels.member_paths
@@ -156,16 +156,17 @@ def _is_hidden(name: str) -> bool:
 
 def _tar_files(src: str | os.PathLike) -> dict[str, tuple]:
     """A tar's regular members as list_files gives a folder's files, each with where its bytes
-    lie in the tar (_where: offset, size, a sparse file's pieces); a member that is a tar itself (<class>.tar) stands for a
-    folder holding its members. Keyed to the file's size and mtime: pack lists, then reads."""
+    lie in the tar (_where: offset, size, a sparse file's pieces); a member that is a tar
+    itself (<class>.tar) stands for a folder holding its members. Keyed to the file's size
+    and mtime: pack lists, then reads."""
     stat = os.stat(src)
     return _tar_catalog(os.path.abspath(src), stat.st_size, stat.st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=1)
 def _tar_catalog(path: str, size: int, mtime_ns: int) -> dict[str, tuple]:
-    found: dict[str, tuple[int, int]] = {}
-    links: dict[str, str] = {}  # a link's name -> the member it names, resolved once all are seen
+    found: dict[str, tuple] = {}
+    links: dict[str, str] = {}  # a link's name -> the member it names, resolved at the end
     others = []  # members neither files nor links: warned of, never silently lost
     with _tar_bytes(path) as raw, tarfile.open(fileobj=raw, mode="r:") as outer:
         for member in outer:
@@ -454,15 +455,12 @@ def _read_files(src, prefix: str, pairs: list[tuple[str, str]]):
 
 
 def _file_bytes(raw: BinaryIO, offset: int, size: int, sparse: tuple = ()) -> bytes:
-    """A file's bytes from the tar: read at its offset; a sparse one's stored pieces put at
+    """A file's bytes from the tar, read at its offset; a sparse one's stored pieces put at
     their offsets with zeros between (as tar -x writes it), not its stored bytes alone."""
     raw.seek(offset)
     if not sparse:
         return raw.read(size)
-    whole = bytearray(size)
-    for at, length in sparse:
-        whole[at:at + length] = raw.read(length)
-    return bytes(whole)
+    return unsparse(raw.read(sum(length for _, length in sparse)), size, sparse)
 
 
 def get_args_parser() -> argparse.ArgumentParser:

@@ -820,16 +820,17 @@ def _read_data(blocks, header, archive, index) -> bytes:
         raise ArchiveError(archive, f"unexpected end of data: member needs {stored} bytes, "
                            f"archive has {len(data)}", member=header.name, index=index,
                            offset=header.offset_data)
-    return _unsparse(data, header) if header.sparse else data
+    return unsparse(data, header.size, header.sparse) if header.sparse else data
 
 
-def _unsparse(stored: bytes, header) -> bytes:
-    """A sparse member's file, as tar -x (and tarfile) write it: each stored piece at its
-    offset, zeros in the holes."""
-    whole, at = bytearray(header.size), 0
-    for offset, size in header.sparse:
-        whole[offset:offset + size] = stored[at:at + size]
-        at += size
+def unsparse(stored: bytes, size: int, pieces: tuple) -> bytes:
+    """A sparse member's file (tar -S), as tar -x and tarfile write it: each stored piece
+    ((offset, size) in `pieces`, their bytes one after another in `stored`) at its offset,
+    zeros in the holes."""
+    whole, at = bytearray(size), 0
+    for offset, length in pieces:
+        whole[offset:offset + length] = stored[at:at + length]
+        at += length
     return bytes(whole)
 
 
