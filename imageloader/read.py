@@ -635,9 +635,10 @@ def _validated_name(name: str, limits: Limits) -> tuple[str, str | None]:
 
 def iter_members(source: Source | Region, *, skipped: Counter, limits: Limits = Limits(),
                  read_data: bool = True, inflate: str = "auto", threads: int | None = None,
-                 recorder=None, opened: dict | None = None, tee=None) -> Iterator[Member]:
+                 recorder=None, opened: dict | None = None, tee=None,
+                 on_skip=None) -> Iterator[Member]:
     """Yield the image members of one archive (or one region of it) in stream order; count
-    everything else.
+    everything else (and tell `on_skip(name, reason)` of it, where given).
 
     `recorder` (the scan's, see index.py) is told every header where a region could start and
     gets the stream at the end. `opened` keeps region streams open between regions of the
@@ -659,7 +660,7 @@ def iter_members(source: Source | Region, *, skipped: Counter, limits: Limits = 
             (lambda: open_region(region, threads)) if region
             else (lambda: open_stream(source, inflate, threads)))
         yield from _walk(stream, archive, skipped, limits, read_data, state, reopen, region,
-                         recorder, tee)
+                         recorder, tee, on_skip)
         if recorder is not None:
             recorder.finish(stream)
     except ArchiveError:
@@ -748,7 +749,7 @@ def _not_a_tar(archive: str, error: BaseException) -> str:
 
 
 def _walk(stream, archive, skipped, limits, read_data, state, reopen, region,
-          recorder, tee=None) -> Iterator[Member]:
+          recorder, tee=None, on_skip=None) -> Iterator[Member]:
     # A stream given by the caller cannot be opened again to locate damage: read it in small
     # steps from the start, as tarfile does.
     blocks = _Blocks(stream, reopen, _READ_CHUNK if reopen else _LOCATE_CHUNK,
@@ -756,14 +757,14 @@ def _walk(stream, archive, skipped, limits, read_data, state, reopen, region,
     blocks.tee = tee
     try:
         yield from _walk_blocks(blocks, archive, skipped, limits, read_data, state,
-                                region.end if region else None, recorder)
+                                region.end if region else None, recorder, on_skip)
     finally:
         if blocks.stream is not stream:
             blocks.stream.close()
 
 
 def _walk_blocks(blocks, archive, skipped, limits, read_data, state, stop=None,
-                 recorder=None) -> Iterator[Member]:
+                 recorder=None, on_skip=None) -> Iterator[Member]:
     seen: set[bytes] = set()
     tar = _TarState(blocks)
     headers = _headers(blocks, tar, stop)
@@ -794,6 +795,8 @@ def _walk_blocks(blocks, archive, skipped, limits, read_data, state, stop=None,
         _move_to_next(blocks, header, archive, state)
         if reason:
             skipped[reason] += 1
+            if on_skip is not None:
+                on_skip(state["name"], reason)
             continue
         images += 1
         yield Member(archive, state["index"], name, label, data)

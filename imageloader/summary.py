@@ -14,7 +14,7 @@ from collections import Counter
 import numpy as np
 
 from .decode import ALLOWED_FORMATS, Augment, Decoder
-from .errors import REPACK_HINTS, ArchiveError, Limits, SampleError
+from .errors import REPACK_HINTS, UNWARNED_SKIPS, ArchiveError, Limits, SampleError
 from .read import expand_sources, iter_members, split_folder
 from .vocab import ClassPlaces, nested_classes_message, shared_names_message
 
@@ -25,13 +25,14 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("archives", nargs="+", help="paths or globs of .tgz/.tar archives")
     parser.add_argument("--decode", action="store_true", help="decode every image too")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--max-listed", type=int, default=20, help="bad members listed")
+    parser.add_argument("--max-listed", type=int, default=20, help="members not read listed, by name")
     return parser
 
 
 def summarize(archive: str, decode: bool = False, max_listed: int = 20) -> dict:
-    """Images per class, mean bytes, skips by reason, and the first bad members by name. With
-    `decode`, an image that does not decode is counted as skipped only, not as an image."""
+    """Images per class, mean bytes, skips by reason, and the first members not read (folder
+    entries aside) by name, with why (`bad_members`). With `decode`, an image that does not
+    decode is counted as skipped only, not as an image."""
     skipped: Counter = Counter()
     per_class: Counter = Counter()
     per_split: Counter = Counter()
@@ -40,8 +41,12 @@ def summarize(archive: str, decode: bool = False, max_listed: int = 20) -> dict:
     bad: list[tuple[str, str]] = []
     decoder = Decoder(Augment.make(8, False), limits=Limits(), formats=ALLOWED_FORMATS)
     scratch = np.empty(decoder.out_shape, np.uint8)
+    def note(name: str, reason: str) -> None:  # a member the reader skips, folders aside
+        if reason not in UNWARNED_SKIPS and len(bad) < max_listed:
+            bad.append((name, reason))
+
     try:
-        for member in iter_members(archive, skipped=skipped, read_data=decode):
+        for member in iter_members(archive, skipped=skipped, read_data=decode, on_skip=note):
             if decode:
                 try:
                     decoder(member.data, scratch, 0)
@@ -88,7 +93,7 @@ def print_table(summary: dict) -> None:
         hint = REPACK_HINTS.get(reason, "").format(archive=summary["archive"])
         print(f"  skipped {n} x {reason}" + (f" ({hint})" if hint else ""))
     for name, reason in summary["bad_members"]:
-        print(f"  bad member {name!r}: {reason}")
+        print(f"  not read {name!r}: {reason}")
     if summary["error"]:
         print(f"  ERROR: {summary['error']}")
 

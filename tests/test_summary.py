@@ -17,7 +17,8 @@ def test_counts_classes_and_lists_bad_members(tmp_path, capsys):
     # The undecodable member is skipped, and not also one of the images.
     assert "6 images in 2 classes" in out
     assert "skipped 1 x undecodable" in out and "skipped 1 x not_image" in out
-    assert "bad member 'train/c00/broken.jpg': undecodable" in out
+    assert "not read 'train/c00/broken.jpg': undecodable" in out
+    assert "not read 'train/c01/n.txt': not_image" in out  # the reader's skips named too
 
 
 def test_without_decode_every_image_member_counts(tmp_path, capsys):
