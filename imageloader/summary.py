@@ -25,7 +25,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("archives", nargs="+", help="paths or globs of .tgz/.tar archives")
     parser.add_argument("--decode", action="store_true", help="decode every image too")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--max-listed", type=int, default=20, help="members not read listed, by name")
+    parser.add_argument("--max-listed", type=int, default=20,
+                        help="members not read listed, by name")
     return parser
 
 
@@ -41,6 +42,7 @@ def summarize(archive: str, decode: bool = False, max_listed: int = 20) -> dict:
     bad: list[tuple[str, str]] = []
     decoder = Decoder(Augment.make(8, False), limits=Limits(), formats=ALLOWED_FORMATS)
     scratch = np.empty(decoder.out_shape, np.uint8)
+
     def note(name: str, reason: str) -> None:  # a member the reader skips, folders aside
         if reason not in UNWARNED_SKIPS and len(bad) < max_listed:
             bad.append((name, reason))
