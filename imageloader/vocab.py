@@ -386,6 +386,15 @@ def _no_split_message(sources: list, scans: list[dict], missing: list[str]) -> s
             f"class folders, e.g. 'train' for train/<class>/<file>")
 
 
+# Skipped members that pack turns into images, as the "no images" error names them (one of
+# them, several), its REPACK_HINTS after.
+_PACKED_MEMBERS = (
+    ("archive", "is an archive itself", "are archives themselves"),
+    ("link", "is a link, which a stream cannot follow",
+     "are links, which a stream cannot follow"),
+)
+
+
 def _no_images_message(sources: list, skipped: list[Mapping[str, int]]) -> str:
     """What each archive held instead of images, and the layout that would have been read."""
     found = []
@@ -397,20 +406,13 @@ def _no_images_message(sources: list, skipped: list[Mapping[str, int]]) -> str:
     where = (f" {counted(loose, 'image')} {'lies' if loose == 1 else 'lie'} at the top level, "
              f"outside any class folder (no_class_folder): "
              f"{REPACK_HINTS['no_class_folder'].format(archive='SRC')}." if loose else "")
-    nested = [(source, counts["archive"]) for source, counts in zip(sources, skipped)
-              if counts.get("archive")]
-    if nested:
-        source, n = nested[0]
-        what = "is an archive itself" if n == 1 else "are archives themselves"
-        where += (f" {counted(n, 'member')} of {source} {what}: "
-                  f"{REPACK_HINTS['archive'].format(archive=source)}.")
-    linked = [(source, counts["link"]) for source, counts in zip(sources, skipped)
-              if counts.get("link")]
-    if linked:
-        source, n = linked[0]
-        where += (f" {counted(n, 'member')} of {source} {'is a link' if n == 1 else 'are links'}"
-                  f", which a stream cannot follow: "
-                  f"{REPACK_HINTS['link'].format(archive=source)}.")
+    for reason, one, several in _PACKED_MEMBERS:  # the first archive holding such members
+        held = next(((source, counts[reason]) for source, counts in zip(sources, skipped)
+                     if counts.get(reason)), None)
+        if held:
+            source, n = held
+            where += (f" {counted(n, 'member')} of {source} {one if n == 1 else several}: "
+                      f"{REPACK_HINTS[reason].format(archive=source)}.")
     return (f"no images found in {'; '.join(found)}.{where} Images are read from members "
             f"named <split>/<class>/<file> or <class>/<file>, the class being the parent "
             f"folder, with one of the extensions {' '.join(sorted(IMAGE_EXTENSIONS))}; "
