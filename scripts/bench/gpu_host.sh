@@ -337,16 +337,20 @@ dali() {  # DALI (bench_dali.py) and ours (bench.py, the defaults) on one 16,000
     --recipes ceiling,ours,loader --decode auto --warmup 200 --steps 2000 --max-seconds 6 \
     --out "$out/ours-$kind.json" "${ours_trace[@]}" 2>&1 | grep --line-buffered -v "$quiet" \
     | tee "$out/ours-$kind.log" | tail -9
-  local fed model
+  # The traces' files (a summary, a plot and the trace for each fed run) go into one tar,
+  # trace-KIND.tar: a call returns at most 8 files, and 2026-12-07's lost ours to that limit
+  local fed model traces="$work/trace-$kind"
+  mkdir -p "$traces"
   for fed in $(ls "$work"/dali-dali-*.json "$work"/ours-*.json 2>/dev/null); do
     model=${fed##*-} model=${model%.json}
     compare_steps "$work/dali-ceiling-$model.json" "$fed" "$(basename "$fed" .json)" \
-      "$out/trace-$kind-$(basename "$fed" .json)" "$model, 6 steps ($kind)"
-    gzip -c "$fed" > "$out/trace-$kind-$(basename "$fed" .json).json.gz"
+      "$traces/$(basename "$fed" .json)" "$model, 6 steps ($kind)"
+    gzip -c "$fed" > "$traces/$(basename "$fed" .json).json.gz"
   done
   for fed in $(ls "$work"/dali-ceiling-*.json 2>/dev/null); do
-    gzip -c "$fed" > "$out/trace-$kind-$(basename "$fed" .json).json.gz"
+    gzip -c "$fed" > "$traces/$(basename "$fed" .json).json.gz"
   done
+  [ -z "$(ls "$traces")" ] || tar cf "$out/trace-$kind.tar" -C "$work" "trace-$kind"
 }
 
 trial() {  # decode="auto" (its trial's choice) against both paths fixed, on each data kind:
