@@ -276,6 +276,22 @@ def test_bench_dali_runs_dalis_recipe_on_the_extracted_archive(monkeypatch, tmp_
     assert results["classes"] == 10 and results["loader"][0]["img_per_s"] > 0
 
 
+@pytest.mark.parametrize("prefix, root", [("train/", "train"), ("", ""), ("photos/", "photos"),
+                                          ("data/val/", "data/val")])
+def test_bench_dali_gives_dali_the_class_folders_of_any_layout_the_loader_reads(
+        monkeypatch, tmp_path, prefix, root):
+    """A photo archive of another layout than train/<class>/ (a re-measure on someone's own
+    archive, gpu_host.sh ARCHIVE=... dali) hands DALI its class folders, not a missing train/
+    or one folder above them; hidden entries beside them do not count."""
+    files = [(f"{prefix}{name}/{i}.jpg", solid(40 * k)) for k, name in enumerate("abc")
+             for i in range(2)] + [(f"{prefix}.DS_Store", b"x")]
+    archive = write_archive(tmp_path / "mine.tgz", files)
+    bench_dali = load_script("bench_dali", monkeypatch)
+    classes = bench_dali.extracted(archive)
+    assert classes == Path(archive + ".files", root)
+    assert sorted(p.name for p in classes.iterdir() if p.is_dir()) == ["a", "b", "c"]
+
+
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_traced_steps_are_marked_so_that_plot_timeline_reads_their_host_time(
         monkeypatch, tmp_path, device):

@@ -62,7 +62,21 @@ def extracted(archive: str) -> Path:
             tar.extractall(root, filter="data")
         done.touch()
         print(f"extracted {archive} to {root} in {time.perf_counter() - t0:.1f} s", flush=True)
-    return root / "train"
+    return class_root(root)
+
+
+def class_root(root: Path) -> Path:
+    """The folder whose folders are the classes, in the loader's layouts: `train/<class>/` if
+    there is a train split, else down through lone folders (`<name>/<class>/` or `<class>/`).
+    DALI's file reader takes each folder under it as a class."""
+    if (root / "train").is_dir():
+        return root / "train"
+    while True:
+        entries = [entry for entry in root.iterdir() if not entry.name.startswith(".")]
+        if len(entries) != 1 or not entries[0].is_dir() \
+                or not any(child.is_dir() for child in entries[0].iterdir()):
+            return root
+        root = entries[0]
 
 
 def dali_batches(root: Path, args, device_id: int | None):

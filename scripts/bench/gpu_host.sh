@@ -308,9 +308,10 @@ dali() {  # DALI (bench_dali.py) and ours (bench.py, the defaults) on one 16,000
   # pieces of <= 45 MB under .cache/dali/p0, p1, ... (one carried per call, the machine kept
   # warm); they are joined and installed here, beside the wheels of .whl/ (not into their
   # folder: pip --target replaces the shared "nvidia" folder). DALI finds nvImageCodec beside
-  # itself, hence the link.
+  # itself, hence the link. ARCHIVE: another archive than KIND's (e.g. your own photos;
+  # rows labelled KIND), in the loader's layouts ([split/]class/file)
   local kind=${1:-photos} archive site="$PWD/.cache/dali-site"
-  archive="$data/$kind-16000.tgz"
+  archive=${ARCHIVE:-$data/$kind-16000.tgz}
   if [ ! -d "$site/nvidia/dali" ] && compgen -G ".cache/dali/p*/part*" > /dev/null; then
     cat $(ls .cache/dali/p*/part* | sort -t t -k 2 -n) > .cache/dali/wheels.tar
     sha256sum .cache/dali/wheels.tar
