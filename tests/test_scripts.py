@@ -988,6 +988,25 @@ def test_bench_cpu_share_reaches_the_gpu_rows_options_and_labels(monkeypatch, tm
     assert [options.cpu_share for options in made] == [0.2, None]
     assert bench.variant_label("cuda", "auto", "none", 0.2) == ", cpu_share 0.2"
     assert bench.variant_label("cpu", "auto", "none", 0.2) == ""
+
+
+def test_bench_split_reads_one_split_of_an_archive_that_holds_two(monkeypatch, tmp_path):
+    """bench.py --split train on an archive of train/ and val/ (make_imagenet_like.py
+    --val-every, or someone's own): ours and the scanning first loader read that split, where
+    without it the loader refuses two splits in one set."""
+    from imageloader import ImageLoader
+    files = [(f"{split}/{name}/{i}.jpg", solid(40 * k)) for split in ("train", "val")
+             for k, name in enumerate("ab") for i in range(3 if split == "train" else 1)]
+    archive = write_archive(tmp_path / "two.tgz", files)
+    with pytest.raises(ValueError, match="split"):
+        ImageLoader(archive, workers=0, device="cpu")
+    bench = load_script("bench", monkeypatch)
+    args = script_args(bench, "--archive", archive, "--split", "train")
+    kwargs = bench.our_loader_kwargs(args, 2, decode="cpu")
+    assert kwargs["options"].split == "train"
+    with ImageLoader(archive, batch_size=2, workers=0, device="cpu",
+                     options=kwargs["options"]) as loader:
+        assert loader.images_per_epoch() == 6 and loader.vocab.classes == ("a", "b")
     assert bench.variant_label("cuda", "hw+hw", "none", None) == ", lanes hw+hw"
 
 

@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts" / "bench"))  # bench_reader, also when imported from elsewhere
 
-from imageloader import ImageLoader, Normalize, configure_cuda_queues  # noqa: E402
+from imageloader import ImageLoader, Normalize, Options, configure_cuda_queues  # noqa: E402
 from imageloader import step_stream as priority_stream  # noqa: E402
 from imageloader.decode import Augment, Decoder  # noqa: E402
 from imageloader.loader import default_workers  # noqa: E402
@@ -94,6 +94,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None,
                    help="decode workers of the decode=cpu rows (default: cores-1); "
                         "GPU decoding's packers: --gpu-workers")
+    p.add_argument("--split", default=None,
+                   help="Options.split for ours: the split folder read from an archive that "
+                        "holds two (train/ and val/; DALI's rows read train/)")
     p.add_argument("--readers", type=int, default=None,
                    help="Options.readers for ours (default: the loader's own count)")
     p.add_argument("--gpu-workers", type=int, default=None,
@@ -492,11 +495,12 @@ def our_loader_kwargs(args, prefetch: int, decode: str = "cpu", options=None,
                       lanes: str = "auto", large: str = "none") -> dict:
     """ImageLoader's arguments for ours (besides the archive): a dict, so that a probe can
     make the same loader in a process of its own."""
-    from imageloader import Options
     # GPU decode: the loader's own count of packers (8; 16 with decode="auto"'s trial),
     # unless --gpu-workers says otherwise.
     workers = args.workers if decode == "cpu" else args.gpu_workers
     options = options or Options()
+    if args.split is not None:
+        options = dataclasses.replace(options, split=args.split)
     if args.readers is not None:
         options = dataclasses.replace(options, readers=args.readers)
     options = dataclasses.replace(options, gpu_decoder=args.gpu_decoder,
@@ -645,7 +649,6 @@ def cpu_seconds() -> tuple[float, float]:
 
 def run_loader_alone(archive, args, decode: str = "cpu", readers: int | None = None,
                      lanes: str = "auto", large: str = "none") -> dict:
-    from imageloader import Options
     options = Options(readers=readers)
     torch.cuda.synchronize()
     before = memory_in_use()
@@ -780,7 +783,7 @@ def run_reader_rate(archive, args) -> dict:
     alone in this process: if it is slower than the workers decode, it is the loader's wall."""
     from bench_reader import reader_alone
     from imageloader.workers import ReadPlan
-    loader = ImageLoader(archive, workers=0, device="cpu")
+    loader = ImageLoader(archive, workers=0, device="cpu", options=Options(split=args.split))
     plan = ReadPlan((archive,), loader.vocab.index, args.batch_size, 4096, 0)
     rate = reader_alone(plan, min(args.max_seconds, 20))
     print(f"{'reader alone (tasks)':32s} {rate:9.0f} img/s", flush=True)
@@ -1002,7 +1005,7 @@ def main(args) -> dict:
     # The first loader of an archive scans it (vocabulary, regions, seek index) and, for a
     # .tgz, writes its plain copy from the same inflate: the one pass that pays gzip.
     t0 = time.perf_counter()
-    first = ImageLoader(archive, workers=0, device="cpu")
+    first = ImageLoader(archive, workers=0, device="cpu", options=Options(split=args.split))
     scan_s = time.perf_counter() - t0
     classes, images = first.vocab.classes, first.images_per_epoch()
     results["scan"] = {"seconds": round(scan_s, 2), "img_per_s": round(images / scan_s),

@@ -309,7 +309,8 @@ dali() {  # DALI (bench_dali.py) and ours (bench.py, the defaults) on one 16,000
   # warm); they are joined and installed here, beside the wheels of .whl/ (not into their
   # folder: pip --target replaces the shared "nvidia" folder). DALI finds nvImageCodec beside
   # itself, hence the link. ARCHIVE: another archive than KIND's (e.g. your own photos;
-  # rows labelled KIND), in the loader's layouts ([split/]class/file)
+  # rows labelled KIND), in the loader's layouts ([split/]class/file); SPLIT=train where it
+  # holds two splits (DALI's rows read train/)
   local kind=${1:-photos} archive site="$PWD/.cache/dali-site"
   archive=${ARCHIVE:-$data/$kind-16000.tgz}
   if [ ! -d "$site/nvidia/dali" ] && compgen -G ".cache/dali/p*/part*" > /dev/null; then
@@ -336,7 +337,7 @@ dali() {  # DALI (bench_dali.py) and ours (bench.py, the defaults) on one 16,000
     | tee "$out/dali-$kind.log" | tail -8
   python3 $here/bench.py --archive "$archive" --shards 0 --models resnet18,resnet50 \
     --recipes ceiling,ours,loader --decode auto --warmup 200 --steps 2000 --max-seconds 6 \
-    --out "$out/ours-$kind.json" "${ours_trace[@]}" 2>&1 | grep --line-buffered -v "$quiet" \
+    ${SPLIT:+--split "$SPLIT"} --out "$out/ours-$kind.json" "${ours_trace[@]}" 2>&1 | grep --line-buffered -v "$quiet" \
     | tee "$out/ours-$kind.log" | tail -9
   # The traces' files (a summary, a plot and the trace for each fed run) go into one tar,
   # trace-KIND.tar: a call returns at most 8 files, and 2026-12-07's lost ours to that limit
