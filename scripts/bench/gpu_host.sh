@@ -337,8 +337,8 @@ dali() {  # DALI (bench_dali.py) and ours (bench.py, the defaults) on one 16,000
     | tee "$out/dali-$kind.log" | tail -8
   python3 $here/bench.py --archive "$archive" --shards 0 --models resnet18,resnet50 \
     --recipes ceiling,ours,loader --decode auto --warmup 200 --steps 2000 --max-seconds 6 \
-    ${SPLIT:+--split "$SPLIT"} --out "$out/ours-$kind.json" "${ours_trace[@]}" 2>&1 | grep --line-buffered -v "$quiet" \
-    | tee "$out/ours-$kind.log" | tail -9
+    ${SPLIT:+--split "$SPLIT"} --out "$out/ours-$kind.json" "${ours_trace[@]}" 2>&1 \
+    | grep --line-buffered -v "$quiet" | tee "$out/ours-$kind.log" | tail -9
   # The traces' files (a summary, a plot and the trace for each fed run) go into one tar,
   # trace-KIND.tar: a call returns at most 8 files, and 2026-12-07's lost ours to that limit
   local fed model traces="$work/trace-$kind"
