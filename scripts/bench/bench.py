@@ -784,7 +784,7 @@ def run_reader_rate(archive, args) -> dict:
     from bench_reader import reader_alone
     from imageloader.workers import ReadPlan
     loader = ImageLoader(archive, workers=0, device="cpu", options=Options(split=args.split))
-    plan = ReadPlan((archive,), loader.vocab.index, args.batch_size, 4096, 0)
+    plan = ReadPlan((archive,), loader.vocab.index, args.batch_size, 4096, 0, split=args.split)
     rate = reader_alone(plan, min(args.max_seconds, 20))
     print(f"{'reader alone (tasks)':32s} {rate:9.0f} img/s", flush=True)
     return {"recipe": "reader alone", "img_per_s": rate}
